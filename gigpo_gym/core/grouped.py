@@ -1,0 +1,349 @@
+"""Group-aware vector stepping: G task groups x N copies of each task.
+
+GiGPO and GRPO compare trajectories *of the same task*, so the N copies of a group
+must get the same task (the same reset seed) while groups differ.  ``make_grouped``
+builds a gymnasium ``VectorEnv`` with that layout.  Env ``e`` belongs to group
+``e // N``; its ``info`` carries ``group_id`` and ``traj_id`` (= ``e``).
+
+Backends run the same chunk protocol: ``sync`` holds every env in this process;
+``async`` runs ``num_workers`` processes that each hold a *chunk* of envs (one
+process per env, as gymnasium's ``AsyncVectorEnv`` does, wastes a core per env
+on text envs that step in microseconds).  Observations are strings, so nothing
+goes through shared memory.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing as mp
+import os
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from gigpo_gym.core.env import derive_seed
+
+BACKENDS = ("sync", "async")
+
+def _build_env(env_id: str, env_kwargs: dict[str, Any], wrappers: Sequence[Callable[[gym.Env], gym.Env]]) -> gym.Env:
+    if env_id.startswith("gigpo_gym/"):
+        import gigpo_gym  # noqa: F401  (registers the suite in a fresh worker)
+    env = gym.make(env_id, **env_kwargs)
+    for wrap in wrappers:
+        env = wrap(env)
+    return env
+
+
+class _Chunk:
+    """Envs held by one executor; the unit both backends run."""
+
+    def __init__(self, factory: Callable[[], gym.Env], indices: Sequence[int]):
+        self.envs = {i: factory() for i in indices}
+
+    def reset(self, items: list[tuple[int, int, dict]]) -> list[tuple]:
+        return [(i, *self.envs[i].reset(seed=seed, options=options)) for i, seed, options in items]
+
+    def step(self, items: list[tuple[int, Any]]) -> list[tuple]:
+        return [(i, *self.envs[i].step(action)) for i, action in items]
+
+    def call(self, name: str, args: tuple, kwargs: dict) -> list[tuple[int, Any]]:
+        out = []
+        for i, env in self.envs.items():
+            attr = env.get_wrapper_attr(name)
+            out.append((i, attr(*args, **kwargs) if callable(attr) else attr))
+        return out
+
+    def close(self) -> None:
+        for env in self.envs.values():
+            env.close()
+
+
+class _LocalChunk(_Chunk):
+    """A chunk in this process, behind the same send/receive interface as a worker."""
+
+    def send(self, command: str, *payload: Any) -> None:
+        self._result = getattr(self, command)(*payload)
+
+    def receive(self) -> Any:
+        result, self._result = self._result, None
+        return result
+
+
+def _worker(conn, factory, indices) -> None:
+    """Serve one chunk over a pipe until told to close."""
+    try:
+        chunk = _Chunk(factory, indices)
+        conn.send(("ok", None))
+    except BaseException:  # report construction errors to the parent, then quit
+        conn.send(("error", traceback.format_exc()))
+        conn.close()
+        return
+    try:
+        while True:
+            command, payload = conn.recv()
+            if command == "close":
+                chunk.close()
+                conn.send(("ok", None))
+                break
+            try:
+                conn.send(("ok", getattr(chunk, command)(*payload)))
+            except BaseException:
+                conn.send(("error", traceback.format_exc()))
+    except (EOFError, KeyboardInterrupt):
+        chunk.close()
+    finally:
+        conn.close()
+
+
+class _WorkerChunk:
+    """A chunk in a worker process, with the ``_Chunk`` interface."""
+
+    def __init__(self, ctx, factory, indices: Sequence[int]):
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker, args=(child, factory, list(indices)), daemon=True)
+        self.process.start()
+        child.close()
+
+    def send(self, command: str, *payload: Any) -> None:
+        self.conn.send((command, payload))
+
+    def receive(self) -> Any:
+        try:
+            status, value = self.conn.recv()
+        except EOFError as e:
+            raise RuntimeError(f"worker process {self.process.pid} died (exit code {self.process.exitcode})") from e
+        if status == "error":
+            raise RuntimeError(f"error in worker process {self.process.pid}:\n{value}")
+        return value
+
+    def close(self) -> None:
+        if self.process.is_alive():
+            try:
+                self.send("close")
+                self.receive()
+            except (RuntimeError, OSError, BrokenPipeError):
+                pass
+            self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(timeout=5)
+        self.conn.close()
+
+
+class GroupedVectorEnv(VectorEnv):
+    """``num_groups * group_size`` envs; the copies of a group share each task.
+
+    ``reset(seed=s)`` resets env ``e`` with seed ``derive_seed(s, e // group_size)``
+    (without a seed, round ``k`` uses ``derive_seed(base_seed, k)`` as ``s``).  With
+    ``autoreset=False`` (the rollout mode) an env whose episode ended is frozen: later
+    steps ignore its action and return its final observation, reward 0, the same
+    done flags and its final info, so a policy only needs to act for active envs.
+    With ``autoreset=True`` gymnasium's next-step autoreset applies, and the k-th
+    episode of every copy of group g uses the same task seed
+    ``derive_seed(s, g, k)``, so groups stay groups.
+    """
+
+    def __init__(
+        self,
+        factory: Callable[[], gym.Env],
+        num_groups: int,
+        group_size: int,
+        *,
+        backend: str = "sync",
+        seed: int = 0,
+        num_workers: int | None = None,
+        autoreset: bool = False,
+        context: str | None = None,
+    ):
+        for name, value in (("num_groups", num_groups), ("group_size", group_size)):
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.num_groups, self.group_size = int(num_groups), int(group_size)
+        self.num_envs = self.num_groups * self.group_size
+        self.backend, self.base_seed, self.autoreset = backend, int(seed), bool(autoreset)
+        self.metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP if autoreset else AutoresetMode.DISABLED}
+
+        if backend == "sync":
+            self._chunks = [_LocalChunk(factory, range(self.num_envs))]
+            self._owner = np.zeros(self.num_envs, dtype=np.int64)
+        else:
+            workers = num_workers or min(self.num_envs, os.cpu_count() or 1)
+            if not 1 <= workers <= self.num_envs:
+                raise ValueError(f"num_workers must be in [1, num_envs={self.num_envs}], got {workers}")
+            ctx = mp.get_context(context or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"))
+            bounds = np.linspace(0, self.num_envs, workers + 1).astype(int)
+            self._chunks = [_WorkerChunk(ctx, factory, range(a, b)) for a, b in zip(bounds[:-1], bounds[1:])]
+            self._owner = np.repeat(np.arange(workers), np.diff(bounds))
+            try:
+                for chunk in self._chunks:
+                    chunk.receive()
+            except RuntimeError:
+                self.close_extras()
+                raise
+
+        spaces = self._broadcast("call", "observation_space", (), {})
+        self.single_observation_space = spaces[0]
+        self.single_action_space = self._broadcast("call", "action_space", (), {})[0]
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+
+        self.group_ids = np.arange(self.num_envs) // self.group_size
+        self._round = 0
+        self._round_seed = self.base_seed
+        self._episodes = np.zeros(self.num_envs, dtype=np.int64)
+        self._done = np.ones(self.num_envs, dtype=bool)
+        self._last: list[tuple | None] = [None] * self.num_envs
+
+    # -- chunk plumbing -----------------------------------------------------------
+    def _run(self, command: str, items: list[tuple]) -> dict[int, tuple]:
+        """Send each env's item to the chunk holding it; results keyed by env index."""
+        per_chunk: dict[int, list] = {}
+        for item in items:
+            per_chunk.setdefault(int(self._owner[item[0]]), []).append(item)
+        results: dict[int, tuple] = {}
+        for k, chunk_items in per_chunk.items():
+            self._chunks[k].send(command, chunk_items)
+        for k in per_chunk:
+            results.update((r[0], r[1:]) for r in self._chunks[k].receive())
+        return results
+
+    def _broadcast(self, command: str, *payload: Any) -> list[Any]:
+        out: dict[int, Any] = {}
+        for chunk in self._chunks:
+            chunk.send(command, *payload)
+        for chunk in self._chunks:
+            out.update(chunk.receive())
+        return [out[i] for i in range(self.num_envs)]
+
+    # -- VectorEnv API --------------------------------------------------------------
+    def task_seed(self, env_index: int, episode: int = 0) -> int:
+        """The reset seed of ``env_index``'s ``episode``-th episode of this round."""
+        group = int(self.group_ids[env_index])
+        if episode == 0:
+            return derive_seed(self._round_seed, group)
+        return derive_seed(self._round_seed, group, episode)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        options = dict(options or {})
+        mask = np.asarray(options.pop("reset_mask", np.ones(self.num_envs, dtype=bool)), dtype=bool)
+        if mask.shape != (self.num_envs,):
+            raise ValueError(f"reset_mask must have shape ({self.num_envs},), got {mask.shape}")
+        if seed is not None:
+            self._round_seed = int(seed)
+        elif self._round > 0:
+            self._round_seed = derive_seed(self.base_seed, self._round)
+        self._round += 1
+        indices = np.flatnonzero(mask)
+        self._episodes[indices] = 0
+        results = self._run("reset", [(int(i), self.task_seed(int(i)), options) for i in indices])
+        for i, (obs, info) in results.items():
+            self._last[i] = (obs, 0.0, False, False, self._tag(info, i))
+            self._done[i] = False
+        return self._gather(self._last, reset=True)
+
+    def step(self, actions: Sequence[Any]):
+        if len(actions) != self.num_envs:
+            raise ValueError(f"expected {self.num_envs} actions (one per env), got {len(actions)}")
+        if any(last is None for last in self._last):
+            raise RuntimeError("call reset() before step()")
+        finished = np.flatnonzero(self._done)
+        results = self._run("step", [(int(i), actions[i]) for i in np.flatnonzero(~self._done)])
+        for i, (obs, reward, terminated, truncated, info) in results.items():
+            self._last[i] = (obs, float(reward), bool(terminated), bool(truncated), self._tag(info, i))
+            self._done[i] = terminated or truncated
+        if self.autoreset and finished.size:  # next-step autoreset: this step's action is ignored
+            self._episodes[finished] += 1
+            items = [(int(i), self.task_seed(int(i), int(self._episodes[i])), {}) for i in finished]
+            for i, (obs, info) in self._run("reset", items).items():
+                self._last[i] = (obs, 0.0, False, False, self._tag(info, i))
+                self._done[i] = False
+        else:
+            for i in finished:  # frozen: same obs and info, no reward, same done flags
+                obs, _, terminated, truncated, info = self._last[i]
+                self._last[i] = (obs, 0.0, terminated, truncated, info)
+        return self._gather(self._last, reset=False)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call ``name`` (or read the attribute) on every env, through its wrappers."""
+        return tuple(self._broadcast("call", name, args, kwargs))
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        return self.call(name)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        for chunk in self._chunks:
+            chunk.close()
+
+    # -- helpers --------------------------------------------------------------------
+    def _tag(self, info: dict[str, Any], i: int) -> dict[str, Any]:
+        info["group_id"] = int(self.group_ids[i])
+        info["traj_id"] = i
+        return info
+
+    def _gather(self, rows: list[tuple], reset: bool):
+        observations = tuple(row[0] for row in rows)
+        infos: dict[str, Any] = {}
+        for i, row in enumerate(rows):
+            infos = self._add_info(infos, row[4], i)
+        if reset:
+            return observations, infos
+        rewards = np.array([row[1] for row in rows], dtype=np.float64)
+        terminated = np.array([row[2] for row in rows], dtype=bool)
+        truncated = np.array([row[3] for row in rows], dtype=bool)
+        return observations, rewards, terminated, truncated, infos
+
+    @property
+    def active(self) -> np.ndarray:
+        """Which envs are mid-episode (a rollout generates actions only for these)."""
+        return ~self._done
+
+
+def make_grouped(
+    env_id: str,
+    num_groups: int,
+    group_size: int,
+    *,
+    backend: str = "sync",
+    seed: int = 0,
+    env_kwargs: dict[str, Any] | None = None,
+    wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
+    num_workers: int | None = None,
+    autoreset: bool = False,
+    context: str | None = None,
+) -> GroupedVectorEnv:
+    """A ``VectorEnv`` of ``num_groups`` task groups with ``group_size`` copies each.
+
+    ``wrappers`` are applied to every env (in the worker, for ``async``), innermost
+    first; they must be picklable for ``async`` (classes and ``functools.partial``
+    are).  ``num_workers`` defaults to the number of CPU cores (``async`` only).
+
+    >>> import gigpo_gym
+    >>> envs = gigpo_gym.make_grouped("gigpo_gym/SearchQA-v0", num_groups=2, group_size=3, seed=7)
+    >>> obs, info = envs.reset()
+    >>> obs[0] == obs[1] == obs[2], obs[0] == obs[3]
+    (True, False)
+    >>> list(info["group_id"]), list(info["traj_id"])
+    ([0, 0, 0, 1, 1, 1], [0, 1, 2, 3, 4, 5])
+    >>> envs.close()
+    """
+
+    factory = functools.partial(_build_env, env_id, dict(env_kwargs or {}), tuple(wrappers))
+    env = GroupedVectorEnv(
+        factory,
+        num_groups,
+        group_size,
+        backend=backend,
+        seed=seed,
+        num_workers=num_workers,
+        autoreset=autoreset,
+        context=context,
+    )
+    env.spec = None
+    return env

@@ -1,0 +1,84 @@
+"""The env contract, the string space and anchor digests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import gymnasium as gym
+import pytest
+from fake_envs import COUNTER, CounterEnv
+
+from gigpo_gym.core import INFO_KEYS, String, canonical_json, digest
+
+
+def test_string_space_admits_any_text_up_to_its_bound():
+    space = String(21)
+    assert space.contains("go to cabinet 1, now!")  # 21 characters, punctuation and spaces
+    assert not space.contains("go to cabinet 1, now!!")
+    assert space.contains("café — ünïcode ✓")
+    assert not space.contains(b"bytes") and not space.contains(None)
+    assert all(space.contains(space.sample()) for _ in range(50))
+    with pytest.raises(ValueError, match="max_length must be a positive int"):
+        String(0)
+
+
+def test_digest_is_canonical():
+    assert digest({"a": 1, "b": [1, 2]}) == digest({"b": [1, 2], "a": 1})
+    assert digest({"x", "y", "z"}) == digest({"z", "y", "x"})
+    assert digest([1, 2]) != digest([2, 1])
+    assert digest("1") != digest(1)
+    assert len(digest("state")) == 16 and int(digest("state"), 16) >= 0
+    assert canonical_json({"b": (1, 2), "a": {"y", "x"}}) == '{"a":["x","y"],"b":[1,2]}'
+    with pytest.raises(TypeError, match="cannot build an anchor from a object"):
+        digest(object())
+
+
+def test_digest_is_the_same_in_any_process():
+    code = "from gigpo_gym.core import digest; print(digest({'room': 'kitchen', 'held': ['mug 1'], 'ids': {3, 1, 2}}))"
+    outputs = set()
+    for hashseed in ("0", "12345", "random"):
+        env = {**os.environ, "PYTHONHASHSEED": hashseed}
+        outputs.add(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout)
+    assert len(outputs) == 1
+    assert outputs.pop().strip() == digest({"ids": [1, 2, 3], "held": ["mug 1"], "room": "kitchen"})
+
+
+def test_text_env_checks_caller_input():
+    env = gym.make(COUNTER)
+    with pytest.raises(RuntimeError, match="call reset"):
+        CounterEnv().step("inc")
+    obs, info = env.reset(seed=4)
+    assert set(INFO_KEYS) <= set(info)
+    with pytest.raises(TypeError, match="action must be a str, got int"):
+        env.step(3)
+    with pytest.raises(ValueError, match="max_action_length=64"):
+        env.step("x" * 65)
+    obs, reward, terminated, truncated, info = env.step("")  # empty: invalid, not an error
+    assert (obs, info["action_valid"], terminated) == ("Nothing happens.", False, False)
+    obs, *_ = env.step("inc")
+    assert obs == "value 2"
+
+
+def test_text_env_refuses_steps_after_the_episode_ends():
+    env = CounterEnv()
+    env.reset(seed=0)
+    env.step("stop")
+    with pytest.raises(RuntimeError, match="episode has ended"):
+        env.step("inc")
+
+
+def test_bad_render_mode_names_the_accepted_ones():
+    with pytest.raises(ValueError, match=r"render_mode must be one of \['ansi'\]"):
+        CounterEnv(render_mode="human")
+    env = CounterEnv(render_mode="ansi")
+    obs, _ = env.reset(seed=1)
+    assert env.render() == obs
+
+
+def test_unknown_env_id_suggests_the_closest(capsys):
+    from gigpo_gym.registration import env_spec
+
+    with pytest.raises(gym.error.UnregisteredEnv, match="Did you mean 'gigpo_gym/SearchQA-v0'"):
+        env_spec("gigpo_gym/SearchQa-v0")
