@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -93,6 +94,24 @@ def test_async_backend_matches_sync_with_chunked_workers():
     assert len(pids) == 2 and all(not chunk.process.is_alive() for chunk in asyn._chunks)
 
 
+@pytest.mark.slow
+def test_ray_backend_matches_sync_with_one_actor_per_chunk():
+    ray = pytest.importorskip("ray", reason='the ray backend needs pip install "gigpo-gym[ray]"')
+    tests_dir = str(Path(__file__).resolve().parent)  # actors import fake_envs from here
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": tests_dir}})
+    try:
+        sync = gigpo_gym.make_grouped(COUNTER, num_groups=2, group_size=3, seed=9)
+        on_ray = gigpo_gym.make_grouped(COUNTER, num_groups=2, group_size=3, seed=9, backend="ray", num_workers=2)
+        assert len(on_ray._chunks) == 2
+        policy = lambda i, obs: "stop" if i % 2 else "inc"  # noqa: E731
+        assert _run_episode(sync, policy)[0] == _run_episode(on_ray, policy)[0]
+        on_ray.close()
+        sync.close()
+    finally:
+        ray.shutdown()
+
+
 def test_wrappers_run_inside_workers():
     envs = gigpo_gym.make_grouped(
         COUNTER, num_groups=2, group_size=1, backend="async", num_workers=2,
@@ -115,7 +134,7 @@ def test_worker_errors_reach_the_caller():
     ("kwargs", "message"),
     [
         ({"num_groups": 0, "group_size": 2}, "num_groups must be a positive int"),
-        ({"num_groups": 2, "group_size": 2, "backend": "threads"}, r"backend must be one of \('sync', 'async'\)"),
+        ({"num_groups": 2, "group_size": 2, "backend": "threads"}, r"backend must be one of \('sync', 'async', 'ray'\)"),
         ({"num_groups": 1, "group_size": 2, "backend": "async", "num_workers": 3}, r"num_workers must be in \[1, num_envs=2\]"),
     ],
 )

@@ -6,9 +6,10 @@ builds a gymnasium ``VectorEnv`` with that layout.  Env ``e`` belongs to group
 ``e // N``; its ``info`` carries ``group_id`` and ``traj_id`` (= ``e``).
 
 Backends run the same chunk protocol: ``sync`` holds every env in this process;
-``async`` runs ``num_workers`` processes that each hold a *chunk* of envs (one
-process per env, as gymnasium's ``AsyncVectorEnv`` does, wastes a core per env
-on text envs that step in microseconds).  Observations are strings, so nothing
+``async`` runs ``num_workers`` processes and ``ray`` runs ``num_workers`` Ray actors
+(possibly on other machines), each holding a *chunk* of envs (one process per env,
+as gymnasium's ``AsyncVectorEnv`` does, wastes a core per env on text envs that step
+in microseconds).  Observations are strings, so nothing
 goes through shared memory.
 """
 
@@ -28,7 +29,7 @@ from gymnasium.vector.utils import batch_space
 
 from gigpo_gym.core.env import derive_seed
 
-BACKENDS = ("sync", "async")
+BACKENDS = ("sync", "async", "ray")
 
 def _build_env(env_id: str, env_kwargs: dict[str, Any], wrappers: Sequence[Callable[[gym.Env], gym.Env]]) -> gym.Env:
     if env_id.startswith("gigpo_gym/"):
@@ -44,6 +45,9 @@ class _Chunk:
 
     def __init__(self, factory: Callable[[], gym.Env], indices: Sequence[int]):
         self.envs = {i: factory() for i in indices}
+
+    def ready(self) -> None:
+        """Answered once the envs are built (workers and actors build them remotely)."""
 
     def reset(self, items: list[tuple[int, int, dict]]) -> list[tuple]:
         return [(i, *self.envs[i].reset(seed=seed, options=options)) for i, seed, options in items]
@@ -135,6 +139,48 @@ class _WorkerChunk:
         self.conn.close()
 
 
+class _RayChunk:
+    """A chunk held by a Ray actor (one actor per chunk, never one per env)."""
+
+    def __init__(self, factory, indices: Sequence[int], actor_options: dict[str, Any]):
+        import ray
+
+        self._ray = ray
+        self.actor = ray.remote(_Chunk).options(**actor_options).remote(factory, list(indices))
+        self._pending = self.actor.ready.remote()
+
+    def send(self, command: str, *payload: Any) -> None:
+        self._pending = getattr(self.actor, command).remote(*payload)
+
+    def receive(self) -> Any:
+        try:
+            return self._ray.get(self._pending)
+        except self._ray.exceptions.RayError as e:
+            raise RuntimeError(f"error in Ray actor:\n{e}") from e
+
+    def close(self) -> None:
+        try:
+            self._ray.get(self.actor.close.remote(), timeout=10)
+        except Exception:  # the actor may already be gone; killing it below is what matters
+            pass
+        self._ray.kill(self.actor)
+
+
+def _ray_chunks(factory, ranges: list[range], actor_options: dict[str, Any] | None) -> list[_RayChunk]:
+    try:
+        import ray
+    except ImportError as e:
+        from gigpo_gym.registration import missing_extra_error
+
+        raise missing_extra_error("ray", 'backend="ray"') from e
+    if not ray.is_initialized():  # connects to $RAY_ADDRESS when set, else starts a local Ray
+        ray.init(include_dashboard=False, log_to_driver=False)
+    if actor_options is None:  # share the cluster's CPUs so that every actor can be placed
+        cpus = ray.available_resources().get("CPU", 1.0)
+        actor_options = {"num_cpus": min(1.0, cpus / len(ranges))}
+    return [_RayChunk(factory, r, actor_options) for r in ranges]
+
+
 class GroupedVectorEnv(VectorEnv):
     """``num_groups * group_size`` envs; the copies of a group share each task.
 
@@ -159,6 +205,7 @@ class GroupedVectorEnv(VectorEnv):
         num_workers: int | None = None,
         autoreset: bool = False,
         context: str | None = None,
+        ray_actor_options: dict[str, Any] | None = None,
     ):
         for name, value in (("num_groups", num_groups), ("group_size", group_size)):
             if not isinstance(value, (int, np.integer)) or value < 1:
@@ -177,9 +224,13 @@ class GroupedVectorEnv(VectorEnv):
             workers = num_workers or min(self.num_envs, os.cpu_count() or 1)
             if not 1 <= workers <= self.num_envs:
                 raise ValueError(f"num_workers must be in [1, num_envs={self.num_envs}], got {workers}")
-            ctx = mp.get_context(context or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"))
             bounds = np.linspace(0, self.num_envs, workers + 1).astype(int)
-            self._chunks = [_WorkerChunk(ctx, factory, range(a, b)) for a, b in zip(bounds[:-1], bounds[1:])]
+            ranges = [range(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+            if backend == "ray":
+                self._chunks = _ray_chunks(factory, ranges, ray_actor_options)
+            else:
+                ctx = mp.get_context(context or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"))
+                self._chunks = [_WorkerChunk(ctx, factory, r) for r in ranges]
             self._owner = np.repeat(np.arange(workers), np.diff(bounds))
             try:
                 for chunk in self._chunks:
@@ -317,12 +368,16 @@ def make_grouped(
     num_workers: int | None = None,
     autoreset: bool = False,
     context: str | None = None,
+    ray_actor_options: dict[str, Any] | None = None,
 ) -> GroupedVectorEnv:
     """A ``VectorEnv`` of ``num_groups`` task groups with ``group_size`` copies each.
 
     ``wrappers`` are applied to every env (in the worker, for ``async``), innermost
-    first; they must be picklable for ``async`` (classes and ``functools.partial``
-    are).  ``num_workers`` defaults to the number of CPU cores (``async`` only).
+    first; they must be picklable for ``async``/``ray`` (classes and
+    ``functools.partial`` are).  ``num_workers`` (processes or Ray actors, each
+    holding a chunk of envs) defaults to the number of CPU cores.  ``ray`` connects to
+    the cluster in ``$RAY_ADDRESS`` or starts a local one; ``ray_actor_options`` go to
+    ``actor.options()`` (default: the free CPUs shared between the actors).
 
     >>> import gigpo_gym
     >>> envs = gigpo_gym.make_grouped("gigpo_gym/SearchQA-v0", num_groups=2, group_size=3, seed=7)
@@ -344,6 +399,7 @@ def make_grouped(
         num_workers=num_workers,
         autoreset=autoreset,
         context=context,
+        ray_actor_options=ray_actor_options,
     )
     env.spec = None
     return env
