@@ -12,7 +12,7 @@ from collections.abc import Sequence
 #: Modules that add sub-commands through ``add_cli(subparsers)`` (imported only if installed).
 CONTRIBUTORS = ("gigpo_gym.envs.alfworld.cli", "gigpo_gym.algos.cli")
 #: Modules that add a server under ``gigpo-gym serve`` through ``add_serve_cli(subparsers)``.
-SERVERS = ("gigpo_gym.envs.searchqa.server", "gigpo_gym.envs.webshop.server")
+SERVERS = ("gigpo_gym.envs.searchqa.cli", "gigpo_gym.envs.webshop.cli")
 
 
 def _optional_modules(names: Sequence[str]):

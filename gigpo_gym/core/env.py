@@ -58,7 +58,7 @@ class TextEnv(gym.Env[str, str]):
     and ``action_valid`` default to ``False`` and ``True``).
     """
 
-    metadata: dict[str, Any] = {"render_modes": ["ansi"]}
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}
     #: Upper bound on the characters of one action (documented per env).
     max_action_length: int = 4096
     #: Upper bound on the characters of one observation.

@@ -1,0 +1,62 @@
+"""Answer scoring as in Search-R1 and SQuAD: exact match and token F1 of normalised text.
+
+Normalising lower-cases, drops punctuation and the articles a/an/the and collapses
+white space, so ``"The Amber Lattice."`` matches ``"amber lattice"``.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Iterable
+
+_PUNCTUATION = frozenset(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize_answer(text: str) -> str:
+    """Lower-case, drop punctuation and articles, collapse white space.
+
+    >>> normalize_answer("  The  Quillmark   Institute! ")
+    'quillmark institute'
+    """
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(prediction: str, gold_answers: Iterable[str]) -> float:
+    """1.0 when the normalised prediction equals any normalised gold answer, else 0.0."""
+    predicted = normalize_answer(prediction)
+    return float(any(predicted == normalize_answer(gold) for gold in gold_answers))
+
+
+def _token_f1(predicted: str, gold: str) -> float:
+    pred_tokens, gold_tokens = predicted.split(), gold.split()
+    common = Counter(pred_tokens) & Counter(gold_tokens)
+    overlap = sum(common.values())
+    if overlap == 0:
+        return 0.0
+    precision, recall = overlap / len(pred_tokens), overlap / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def f1_score(prediction: str, gold_answers: Iterable[str]) -> float:
+    """The best token-level F1 of the normalised prediction over the gold answers.
+
+    Yes/no answers count only when exactly right (as in the HotpotQA scorer): a
+    partial overlap with "yes" or "no" is no evidence of knowing the answer.
+
+    >>> round(f1_score("Orlan Veskit", ["Veskit"]), 3)
+    0.667
+    """
+    predicted = normalize_answer(prediction)
+    best = 0.0
+    for gold in gold_answers:
+        gold_norm = normalize_answer(gold)
+        if predicted in ("yes", "no") or gold_norm in ("yes", "no"):
+            score = float(predicted == gold_norm)
+        else:
+            score = _token_f1(predicted, gold_norm)
+        best = max(best, score)
+    return best
