@@ -5,9 +5,9 @@ BIN := $(VENV)/bin
 # torch is pinned and installed first: a CPU wheel of 2.13.0 is available, while an
 # unpinned torch pulled in by a dependency brings gigabytes of CUDA packages.
 TORCH := torch==2.13.0
-TEST_EXTRAS := test,train,dense,ray
+TEST_EXTRAS := test,train,dense,ray,browser
 
-.PHONY: test demo venv clean
+.PHONY: test demo venv browser-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,18 @@ $(VENV)/.installed-test: setup.cfg pyproject.toml | $(BIN)/python
 
 venv: $(VENV)/.installed-test
 
-test: $(VENV)/.installed-test
+# The browser tests drive Debian's chromium + chromium-driver (nothing is downloaded
+# by Selenium). Installed here when missing and running as root; elsewhere those
+# tests skip and name the install command.
+browser-deps:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	else \
+		echo "note: browser tests will skip; install them with: sudo apt-get install chromium chromium-driver"; \
+	fi
+
+test: $(VENV)/.installed-test browser-deps
 	$(BIN)/pytest
 
 clean:
