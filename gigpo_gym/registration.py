@@ -60,6 +60,15 @@ ENV_SPECS: tuple[EnvSpec, ...] = (
         backend="native (BM25 search, text pages)",
         data_env="WEBSHOP_DATA",
     ),
+    EnvSpec(
+        id=f"{NAMESPACE}/WebShop-Browser-v0",
+        entry_point="gigpo_gym.envs.webshop.browser_env:WebShopBrowserEnv",
+        max_episode_steps=15,
+        backend="headless Chromium via Selenium (WebShop site)",
+        extra="browser",
+        requires="selenium",
+        data_env="WEBSHOP_DATA",
+    ),
 )
 
 

@@ -31,6 +31,7 @@ def server():
     retriever = BM25Retriever.build(load_corpus_jsonl(FIXTURES / "corpus.jsonl"))
     app = create_app(retriever, max_queries=4, max_topk=5, max_body_bytes=2048)
     sock = socket.socket()
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle delay on keep-alive replies
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(app, log_level="warning", timeout_keep_alive=1)
     srv = uvicorn.Server(config)

@@ -1,0 +1,58 @@
+"""``gigpo-gym serve webshop``: the WebShop web site, to shop by hand or for browser envs."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import sys
+
+from gigpo_gym.envs.webshop.env import DATA_ENV
+
+
+def add_serve_cli(serve_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``webshop`` under the ``serve`` command's sub-parsers."""
+    from gigpo_gym.envs.webshop.site import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_SESSIONS
+
+    parser = serve_subparsers.add_parser(
+        "webshop",
+        help="serve the WebShop site (open it in a browser, or point WebShop-Browser-v0 at it)",
+        description=__doc__,
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=3000, help="port (default 3000, as the original site)")
+    parser.add_argument(
+        "--data-dir", default=None, help=f"folder with the original JSON files (else ${DATA_ENV}, else the embedded catalog)"
+    )
+    parser.add_argument("--num-products", type=int, default=None, help="catalog size (embedded default 1,000)")
+    parser.add_argument("--human-goals", choices=("auto", "yes", "no"), default="auto",
+                        help="real files: human goals where items_human_ins.json exists (auto), always, never")  # fmt: skip
+    parser.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS, help="sessions kept (LRU)")
+    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="largest request body")
+    parser.set_defaults(func=run_serve_webshop)
+    return parser
+
+
+def run_serve_webshop(args: argparse.Namespace) -> int:
+    from gigpo_gym.core.data import resolve_data_dir
+    from gigpo_gym.envs.webshop.shop import load_shop
+    from gigpo_gym.envs.webshop.site import serve
+
+    if args.num_products is not None and args.num_products < 1:
+        print(f"error: --num-products must be positive, got {args.num_products}", file=sys.stderr)
+        return 2
+    path = resolve_data_dir(args.data_dir, DATA_ENV)
+    human_goals = {"auto": None, "yes": True, "no": False}[args.human_goals]
+    try:
+        shop = load_shop(path, args.num_products or (1000 if path is None else None), human_goals)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        if not ipaddress.ip_address(args.host).is_loopback:
+            print(f"warning: binding {args.host} exposes the shop beyond this machine", file=sys.stderr)
+    except ValueError:  # a host name
+        print(f"warning: binding {args.host!r}; use 127.0.0.1 to keep the shop private", file=sys.stderr)
+    print(f"WebShop ({shop.source}, {len(shop.products)} products, {len(shop.goals)} goals) "
+          f"on http://{args.host}:{args.port}/", file=sys.stderr)  # fmt: skip
+    serve(shop, host=args.host, port=args.port, max_sessions=args.max_sessions, max_body_bytes=args.max_body_bytes)
+    return 0
