@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned and installed first: a CPU wheel of 2.13.0 is available, while an
 # unpinned torch pulled in by a dependency brings gigabytes of CUDA packages.
 TORCH := torch==2.13.0
-TEST_EXTRAS := test,train,dense,ray,browser
+TEST_EXTRAS := test,train,dense,ray,browser,alfworld
 
 .PHONY: test demo venv browser-deps clean
 
@@ -15,7 +15,9 @@ $(BIN)/python:
 
 $(VENV)/.installed-test: setup.cfg pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet $(TORCH)
-	$(BIN)/pip install --quiet -e ".[$(TEST_EXTRAS)]"
+	# fast-downward-textworld (the [alfworld] extra) compiles through `python build.py`,
+	# so the venv's python must come first on PATH.
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pip install --quiet -e ".[$(TEST_EXTRAS)]"
 	touch $@
 
 venv: $(VENV)/.installed-test

@@ -54,6 +54,15 @@ ENV_SPECS: tuple[EnvSpec, ...] = (
         data_env="ALFWORLD_DATA",
     ),
     EnvSpec(
+        id=f"{NAMESPACE}/ALFWorld-TextWorld-v0",
+        entry_point="gigpo_gym.envs.alfworld.textworld_env:ALFWorldTextWorldEnv",
+        max_episode_steps=50,
+        backend="reference TextWorld engine",
+        extra="alfworld",
+        requires="alfworld",
+        data_env="ALFWORLD_DATA",
+    ),
+    EnvSpec(
         id=f"{NAMESPACE}/WebShop-v0",
         entry_point="gigpo_gym.envs.webshop.env:WebShopEnv",
         max_episode_steps=15,

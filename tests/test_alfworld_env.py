@@ -16,7 +16,8 @@ from gymnasium.utils.env_checker import check_env
 
 import gigpo_gym
 from gigpo_gym.core.env import INFO_KEYS
-from gigpo_gym.envs.alfworld.demos import add_cli, export_expert_demos
+from gigpo_gym.envs.alfworld.cli import add_cli
+from gigpo_gym.envs.alfworld.demos import export_expert_demos
 from gigpo_gym.envs.alfworld.env import ALFWorldEnv
 
 DATA = Path(__file__).parent / "fixtures" / "alfworld"

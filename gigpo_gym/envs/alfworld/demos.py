@@ -1,4 +1,4 @@
-"""Expert demonstrations as JSONL, and the ``gigpo-gym alfworld demos`` command.
+"""Expert demonstrations as JSONL (the ``gigpo-gym alfworld demos`` command is in ``cli.py``).
 
 One row per step, prompt-free: ``task_id``, ``task_type``, ``step``, ``obs`` (the
 observation the action answers), ``admissible_actions``, ``action``, ``reward``,
@@ -8,7 +8,6 @@ an interrupted export leaves no half file.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
@@ -75,25 +74,3 @@ def export_expert_demos(
         os.unlink(tmp)
         raise
     return rows
-
-
-def _run_demos(args: argparse.Namespace) -> int:
-    rows = export_expert_demos(
-        args.out, args.split, args.n, args.seed, task_types=args.task_types, data_dir=args.data_dir, progress=True
-    )
-    print(f"wrote {rows} rows to {args.out}")
-    return 0
-
-
-def add_cli(subparsers: Any) -> None:
-    """Add ``alfworld demos`` to the ``gigpo-gym`` command."""
-    alf = subparsers.add_parser("alfworld", help="ALFWorld tools (expert demonstrations)")
-    sub = alf.add_subparsers(dest="alfworld_command", required=True)
-    demos = sub.add_parser("demos", help="export expert trajectories as JSONL (one row per step)")
-    demos.add_argument("--split", default="train", help="train, valid_seen or valid_unseen (default: train)")
-    demos.add_argument("--n", type=int, default=None, help="number of tasks (default: the whole split)")
-    demos.add_argument("--seed", type=int, default=0, help="generator seed (default: 0)")
-    demos.add_argument("--task-types", nargs="+", default=None, help="subset of pick look clean heat cool pick2")
-    demos.add_argument("--data-dir", default=None, help="a downloaded ALFWorld data folder (default: generated)")
-    demos.add_argument("--out", required=True, help="output JSONL file")
-    demos.set_defaults(func=_run_demos)

@@ -13,7 +13,10 @@ as TextWorld's ``PddlEnv`` plays them:
 * listings follow sorted fact order, i.e. entity-id order (``World`` keeps it);
 * negative facts exist only where an effect deleted a fact (taking an object adds
   ``not_inreceptacle(o, r)``, which the ``look`` text uses), and ``use`` always
-  answers "You turn on ..." because ``isToggled`` is never deleted.
+  answers "You turn on ..." because ``isToggled`` is never deleted;
+* TextWorld applies every effect atom of an action, conditional ones included, in
+  order, so ``use`` leaves ``isOn`` false whatever it was (found by the
+  differential test against TextWorld; it shows only in the anchor).
 """
 
 from __future__ import annotations
@@ -249,7 +252,10 @@ class Engine:
             return self._examine_o(action[1]), False
         if kind == "use":
             o = action[1]
-            s.flags[o] = (s.flags[o] ^ ON) | TOGGLED
+            # TextWorld applies both of the domain's conditional isOn effects in turn
+            # (add isOn, then delete it), so a used object is never on; only
+            # isToggled (which the goal reads) sticks.
+            s.flags[o] = (s.flags[o] & ~ON) | TOGGLED
             return f"You turn on the {on[o]}.", True
         if kind in ("heat", "cool", "clean"):
             o, r = action[1], action[2]

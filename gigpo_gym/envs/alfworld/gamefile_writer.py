@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +78,31 @@ def problem_text(world: World) -> str:
     ) + "\n"
 
 
+def import_alfworld(module: str = "alfworld") -> Any:
+    """Import ``module`` of the ``alfworld`` package without its side effect on ``$ALFWORLD_DATA``.
+
+    ``import alfworld`` sets ``ALFWORLD_DATA`` to its download cache (and creates
+    that folder) when unset; the native env would then read that empty folder as
+    the user's data.  The variable is put back as it was.
+    """
+    import importlib
+
+    before = os.environ.get("ALFWORLD_DATA")
+    try:
+        return importlib.import_module(module)
+    finally:
+        if before is None:
+            os.environ.pop("ALFWORLD_DATA", None)
+        else:
+            os.environ["ALFWORLD_DATA"] = before
+
+
 def alfworld_logic_files() -> tuple[str, str]:
     """ALFWorld's PDDL domain and grammar texts from the installed ``alfworld`` package."""
     try:
         from importlib.resources import files
 
+        import_alfworld()
         data = files("alfworld") / "data"
         return (data / "alfred.pddl").read_text(), (data / "alfred.twl2").read_text()
     except (ModuleNotFoundError, FileNotFoundError) as e:
@@ -91,9 +112,17 @@ def alfworld_logic_files() -> tuple[str, str]:
 
 
 def write_game_file(
-    world: World, path: str | os.PathLike, domain: str | None = None, grammar: str | None = None
+    world: World,
+    path: str | os.PathLike,
+    domain: str | None = None,
+    grammar: str | None = None,
+    walkthrough: list[str] | None = None,
 ) -> Path:
-    """Write ``world`` as a ``game.tw-pddl`` file the reference engine can play."""
+    """Write ``world`` as a ``game.tw-pddl`` file the reference engine can play.
+
+    ``walkthrough`` (commands that win, e.g. the expert's plan) is stored as real
+    game files store theirs; TextWorld returns it as ``extra.walkthrough``.
+    """
     if domain is None or grammar is None:
         domain, grammar = alfworld_logic_files()
     if "UNKNOWN GOAL" not in grammar:
@@ -103,11 +132,21 @@ def write_game_file(
         "grammar": grammar.replace("UNKNOWN GOAL", world.goal_text),
         "pddl_problem": problem_text(world),
         "solvable": True,
-        "walkthrough": [],
+        "walkthrough": list(walkthrough or []),
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(data))
     return path
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write through a temporary file of a unique name, so concurrent writers never mix."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
