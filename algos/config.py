@@ -1,0 +1,313 @@
+"""Trainer configuration: dataclasses, loadable from YAML, checked once.
+
+Help for every field is the string under it.  ``load_config`` reads a YAML file (and
+``section.key=value`` overrides); an unknown key is an error naming the key and its
+closest match; cross-field rules are checked in ``__post_init__``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config file or override the trainer cannot use."""
+
+
+@dataclass
+class TinyModelConfig:
+    vocab_size: int = 8192
+    """Upper bound of the tiny tokenizer's BPE vocabulary (it saturates below it on small corpora)."""
+    hidden_size: int = 128
+    """Width of the tiny Qwen2 model."""
+    intermediate_size: int = 384
+    """MLP width of the tiny model."""
+    num_layers: int = 2
+    """Decoder layers of the tiny model."""
+    corpus_episodes: int = 300
+    """Expert episodes whose prompts and actions train the tiny tokenizer (more: more whole-command tokens)."""
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"
+    """'tiny' (built from the env's own text), 'smollm2' (offline SmolLM2-135M-Instruct), or a path / hub id."""
+    device: str = "auto"
+    """'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:1', ..."""
+    dtype: str = "float32"
+    """Weights' dtype: float32, bfloat16 or float16."""
+    lora: dict[str, Any] | None = None
+    """peft LoraConfig kwargs (e.g. {r: 8}); None trains every weight."""
+    use_chat_template: bool | None = None
+    """Wrap prompts in the tokenizer's chat template (None: when it has one)."""
+    system_prompt: str | None = None
+    """System message for chat templates."""
+    max_prompt_tokens: int = 2048
+    """Prompts are cut to their last this-many tokens."""
+    response_prefix: str = ""
+    """Text the answer starts with, given as part of the prompt (e.g. '<action>' keeps small models on format)."""
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    """Shape of the tiny model (name='tiny' only)."""
+
+
+@dataclass
+class EnvConfig:
+    id: str = "gigpo_gym/ALFWorld-v0"
+    """Env id (gymnasium registry)."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """gym.make kwargs of the training envs (e.g. split, max_episode_steps)."""
+    eval_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Overrides of ``kwargs`` for the held-out evaluation envs (e.g. split)."""
+    num_groups: int = 4
+    """Task groups per rollout (G)."""
+    group_size: int = 4
+    """Copies of each task per group (N)."""
+    eval_episodes: int = 16
+    """Held-out episodes per evaluation (distinct tasks)."""
+    history_length: int = 2
+    """Past steps shown in each prompt (the paper uses 2)."""
+    anchor_mode: str = "state"
+    """What GiGPO groups on: 'state' (true state) or 'observation' (the paper's raw text)."""
+    backend: str = "sync"
+    """Vector env backend: 'sync' or 'async'."""
+    prompt_intro: str | None = None
+    """First line of every prompt (None: the env's own)."""
+    action_format: str | None = None
+    """Last line of every prompt, the answer format (None: the env's own)."""
+    reward_scale: float = 10.0
+    """Reward of a won episode (paper: 10)."""
+    reward_source: str = "won"
+    """'won' (scale x success) or 'env' (scale x the env's reward)."""
+    invalid_action_penalty: float = 0.1
+    """Subtracted per invalid step (paper: 0.1 ALFWorld/WebShop, 0.01 search)."""
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 1.0
+    """Rollout temperature."""
+    top_p: float = 1.0
+    """Rollout nucleus mass."""
+    max_new_tokens: int = 32
+    """Most tokens per response."""
+    eval_temperature: float = 0.4
+    """Evaluation temperature (0: greedy)."""
+    stop: list[str] = field(default_factory=lambda: ["</action>"])
+    """A response ends once it contains one of these."""
+
+
+@dataclass
+class AlgoConfig:
+    name: str = "gigpo"
+    """Advantage estimator (registry name: gigpo, grpo, ppo, rloo, reinforce_pp, dapo, ...)."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Estimator settings (e.g. omega, gamma, norm_by_std)."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    epochs: int = 1
+    """Passes over each rollout."""
+    mini_batch_size: int = 256
+    """Rows per optimiser step."""
+    micro_batch_size: int = 16
+    """Rows per forward/backward (gradient accumulation up to the mini-batch)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm."""
+    clip_low: float | None = None
+    """Lower ratio clip (1 - clip_low); None: the algorithm's own (0.2)."""
+    clip_high: float | None = None
+    """Upper ratio clip (1 + clip_high); None: the algorithm's own (DAPO raises it)."""
+    kl_coef: float = 0.01
+    """Weight of the k3 KL to the reference policy (0: no reference model)."""
+    entropy_coef: float = 0.001
+    """Entropy bonus."""
+    value_coef: float = 0.5
+    """Critic loss weight (algorithms that need a critic)."""
+
+
+@dataclass
+class SFTConfig:
+    steps: int = 0
+    """Supervised warm-start steps on expert demonstrations before RL (0: none)."""
+    episodes: int = 40
+    """Expert episodes collected for the warm start."""
+    lr: float = 1e-3
+    """Warm-start learning rate."""
+    batch_size: int = 16
+    """Demonstration steps per warm-start update."""
+
+
+@dataclass
+class TrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    iterations: int = 10
+    """RL iterations (rollout + update)."""
+    seed: int = 0
+    """Seeds tasks, sampling and data order."""
+    run_dir: str = "runs/train"
+    """Where the config, logs, checkpoints and curve go."""
+    eval_every: int = 5
+    """Evaluate every this-many iterations (0: only before and after)."""
+    save_every: int = 1
+    """Checkpoint every this-many iterations (the last one is always saved)."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept on disk (older ones are deleted after a new one is complete)."""
+    progress: bool = True
+    """Show progress bars."""
+    eval_before: bool = True
+    """Evaluate the untrained model first (and again after the SFT warm start)."""
+
+    def __post_init__(self) -> None:
+        o, e = self.optim, self.env
+        for name, value, low in (
+            ("iterations", self.iterations, 0), ("env.num_groups", e.num_groups, 1),
+            ("env.group_size", e.group_size, 1), ("env.eval_episodes", e.eval_episodes, 0),
+            ("optim.epochs", o.epochs, 1), ("optim.micro_batch_size", o.micro_batch_size, 1),
+            ("keep_checkpoints", self.keep_checkpoints, 1), ("save_every", self.save_every, 1),
+            ("sft.steps", self.sft.steps, 0), ("sft.batch_size", self.sft.batch_size, 1),
+        ):
+            if value < low:
+                raise ConfigError(f"{name} must be >= {low}, got {value}")
+        if o.mini_batch_size < o.micro_batch_size:
+            raise ConfigError(
+                f"optim.mini_batch_size ({o.mini_batch_size}) must be >= optim.micro_batch_size ({o.micro_batch_size})"
+            )
+        if e.anchor_mode not in ("state", "observation"):
+            raise ConfigError(f"env.anchor_mode must be 'state' or 'observation', got {e.anchor_mode!r}")
+        if e.reward_source not in ("won", "env"):
+            raise ConfigError(f"env.reward_source must be 'won' or 'env', got {e.reward_source!r}")
+
+
+# -- loading ----------------------------------------------------------------------------
+def _check_value(value: Any, hint: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _check_value(value, option, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping, got {value!r}")
+        return _from_dict(hint, value, where + ".")
+    if hint is Any:
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where} must be a number, got {value!r}") from None
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, got {value!r}")
+        return value
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping, got {value!r}")
+        return dict(value)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where} must be a list, got {value!r}")
+        return list(value)
+    return value
+
+
+def _from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+            raise ConfigError(f"unknown config key '{prefix}{key}'{hint}; {prefix or 'top level'} keys: {names}")
+    kwargs = {k: _check_value(v, hints[k], prefix + k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def config_from_dict(data: dict[str, Any]) -> TrainConfig:
+    """A ``TrainConfig`` from nested mappings (unknown keys are errors)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"a config must be a mapping, got {type(data).__name__}")
+    return _from_dict(TrainConfig, data)
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """Apply ``section.key=value`` (value parsed as YAML) to nested mappings in place."""
+    import yaml
+
+    if "=" not in assignment:
+        raise ConfigError(f"override {assignment!r} must look like section.key=value")
+    path, raw = assignment.split("=", 1)
+    keys = path.strip().split(".")
+    node = data
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {assignment!r}: {key!r} is not a section")
+    node[keys[-1]] = yaml.safe_load(raw)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """Read a YAML config (``None``: the defaults) and apply ``key=value`` overrides."""
+    import yaml
+
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    for assignment in overrides:
+        apply_override(data, assignment)
+    try:
+        return config_from_dict(data)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}" if path is not None else str(e)) from None
+
+
+def config_to_dict(config: TrainConfig) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def save_config(config: TrainConfig, path: str | Path) -> None:
+    """Write the resolved config as YAML (the file ``load_config`` reads back)."""
+    import yaml
+
+    Path(path).write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))

@@ -1,0 +1,356 @@
+"""Hugging Face transformers backend of the policy interface.
+
+Any causal LM that ``AutoModelForCausalLM.from_pretrained`` loads (local folder or hub
+id; GGUF through ``gguf_file``), with the tokenizer's chat template when it has one,
+left-padded batched generation with a KV cache, LoRA through peft, and an optional
+value head for critics.  ``log_probs`` runs the decoder once and applies the LM head
+to the response positions only, so the prompt's logits (seconds and gigabytes at a
+152k vocabulary) are never built.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from gigpo_gym.algos.policy import Generation, SamplingParams, TokenBatch, TokenScores, resolve_device
+from gigpo_gym.registration import missing_extra_error
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_META_FILE = "policy.json"
+_VALUE_FILE = "value_head.safetensors"
+
+
+def _transformers():
+    try:
+        import transformers
+        transformers.utils.logging.disable_progress_bar()
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise missing_extra_error("train", "the Hugging Face policy backend") from e
+    return transformers
+
+
+class HFPolicy(nn.Module):
+    """A causal LM as a trainable policy (see ``algos.policy.TrainablePolicy``)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        *,
+        device: str | torch.device = "cpu",
+        use_chat_template: bool | None = None,
+        system_prompt: str | None = None,
+        max_prompt_tokens: int = 2048,
+        critic: bool = False,
+        sampling_seed: int = 0,
+        response_prefix: str = "",
+    ):
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        has_template = bool(getattr(tokenizer, "chat_template", None))
+        if use_chat_template and not has_template:
+            raise ValueError("use_chat_template=True but the tokenizer has no chat template")
+        self.use_chat_template = has_template if use_chat_template is None else use_chat_template
+        self.system_prompt = system_prompt
+        self.max_prompt_tokens = int(max_prompt_tokens)
+        self.response_prefix = response_prefix
+        hidden = self._base_config().hidden_size
+        self.value_head = nn.Linear(hidden, 1) if critic else None
+        if self.value_head is not None:
+            nn.init.zeros_(self.value_head.weight)
+            nn.init.zeros_(self.value_head.bias)
+        self.device = resolve_device(str(device)) if isinstance(device, str) else device
+        self.to(self.device)
+        self._generator = torch.Generator(device=self.device).manual_seed(int(sampling_seed))
+        eos = self._base_config().eos_token_id if tokenizer.eos_token_id is None else tokenizer.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+
+    # -- construction ----------------------------------------------------------------
+    @classmethod
+    def from_pretrained(
+        cls,
+        name_or_path: str | Path,
+        *,
+        device: str = "auto",
+        dtype: str = "float32",
+        gguf_file: str | None = None,
+        lora: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> "HFPolicy":
+        """Load a causal LM and its tokenizer; ``lora`` (peft ``LoraConfig`` kwargs) adds adapters."""
+        tf = _transformers()
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+        extra = {"gguf_file": gguf_file} if gguf_file else {}
+        tokenizer = _load_tokenizer(str(name_or_path), **extra)
+        model = tf.AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=_DTYPES[dtype], **extra)
+        if lora is not None:
+            model = _add_lora(model, lora)
+        return cls(model, tokenizer, device=device, **kwargs)
+
+    @classmethod
+    def load(cls, path: str | Path, *, device: str = "auto") -> "HFPolicy":
+        """Load what ``save`` wrote (a full model, or a base reference plus LoRA adapters)."""
+        path = Path(path)
+        meta_file = path / _META_FILE
+        if not meta_file.is_file():
+            raise FileNotFoundError(f"{meta_file} is missing: {path} is not a saved policy")
+        meta = json.loads(meta_file.read_text())
+        tf = _transformers()
+        tokenizer = _load_tokenizer(str(path))
+        if (path / "adapter_config.json").is_file():
+            from peft import PeftModel
+
+            base = tf.AutoModelForCausalLM.from_pretrained(meta["base_model"], dtype=_DTYPES[meta["dtype"]])
+            model = PeftModel.from_pretrained(base, str(path), is_trainable=True)
+        else:
+            model = tf.AutoModelForCausalLM.from_pretrained(str(path), dtype=_DTYPES[meta["dtype"]])
+        policy = cls(
+            model,
+            tokenizer,
+            device=device,
+            use_chat_template=meta["use_chat_template"],
+            system_prompt=meta["system_prompt"],
+            max_prompt_tokens=meta["max_prompt_tokens"],
+            critic=meta["critic"],
+            response_prefix=meta.get("response_prefix", ""),
+        )
+        if policy.value_head is not None:
+            from safetensors.torch import load_model
+
+            load_model(policy.value_head, str(path / _VALUE_FILE), device=str(policy.device))
+        return policy
+
+    def save(self, path: str | Path) -> None:
+        """Write a folder ``HFPolicy.load`` reads (safetensors weights, tokenizer, settings)."""
+        from safetensors.torch import save_model
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(str(path))
+        self.tokenizer.save_pretrained(str(path))
+        if self.value_head is not None:
+            save_model(self.value_head, str(path / _VALUE_FILE))
+        meta = {
+            "use_chat_template": self.use_chat_template,
+            "system_prompt": self.system_prompt,
+            "max_prompt_tokens": self.max_prompt_tokens,
+            "critic": self.value_head is not None,
+            "response_prefix": self.response_prefix,
+            "dtype": next(k for k, v in _DTYPES.items() if v == next(self.model.parameters()).dtype),
+            "base_model": self._base_config().name_or_path,
+        }
+        (path / _META_FILE).write_text(json.dumps(meta, indent=2))
+
+    # -- prompts ---------------------------------------------------------------------
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """Token ids of one prompt (chat template applied), cut to the last ``max_prompt_tokens``.
+
+        ``response_prefix`` (e.g. ``"<action>"``) is put at the start of the answer, as
+        part of the prompt: small models then keep to the answer format.
+        """
+        if self.use_chat_template:
+            messages = [{"role": "user", "content": prompt}]
+            if self.system_prompt:
+                messages.insert(0, {"role": "system", "content": self.system_prompt})
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            ids = self.tokenizer(text + self.response_prefix, add_special_tokens=False)["input_ids"]
+        else:
+            ids = self.tokenizer(prompt + self.response_prefix)["input_ids"]
+        return list(ids[-self.max_prompt_tokens :])
+
+    # -- generation ------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[str], sampling: SamplingParams) -> list[Generation]:
+        """Sample one response per prompt: left-padded batch, KV cache, per-row stop."""
+        if not prompts:
+            return []
+        was_training = self.training
+        self.eval()
+        try:
+            return self._generate([self.encode_prompt(p) for p in prompts], sampling)
+        finally:
+            self.train(was_training)
+
+    def _generate(self, prompt_ids: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+        tf = _transformers()
+        gen = self._generator
+        if sampling.seed is not None:
+            gen = torch.Generator(device=self.device).manual_seed(int(sampling.seed))
+        rows = len(prompt_ids)
+        width = max(len(p) for p in prompt_ids)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.full((rows, width), pad, dtype=torch.long)
+        mask = torch.zeros((rows, width), dtype=torch.long)
+        for i, p in enumerate(prompt_ids):
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = tf.DynamicCache()
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+            logits_to_keep=1,
+        )
+        responses: list[list[int]] = [[] for _ in range(rows)]
+        logps: list[list[float]] = [[] for _ in range(rows)]
+        done = [False] * rows
+        finished = [False] * rows
+        next_pos = positions[:, -1:] + 1
+        for _ in range(sampling.max_new_tokens):
+            logits = out.logits[:, -1, :].float()
+            token, logp = _sample(logits, sampling, gen)
+            for i in range(rows):
+                if done[i]:
+                    continue
+                t = int(token[i])
+                responses[i].append(t)
+                logps[i].append(float(logp[i]))
+                if t in self.eos_ids or (sampling.stop and self._hit_stop(responses[i], sampling.stop)):
+                    done[i] = finished[i] = True
+            if all(done):
+                break
+            mask = torch.cat([mask, torch.ones((rows, 1), dtype=mask.dtype, device=self.device)], dim=1)
+            out = self.model(
+                input_ids=token.view(rows, 1), attention_mask=mask, position_ids=next_pos,
+                past_key_values=out.past_key_values, use_cache=True,
+            )
+            next_pos = next_pos + 1
+        return [
+            Generation(self.response_prefix + self._decode(r, sampling.stop), list(p), r, lp, f)
+            for p, r, lp, f in zip(prompt_ids, responses, logps, finished)
+        ]
+
+    def _hit_stop(self, response: list[int], stop: tuple[str, ...]) -> bool:
+        tail = self.tokenizer.decode(response[-16:], skip_special_tokens=True)
+        return any(s in tail for s in stop)
+
+    def _decode(self, response: list[int], stop: tuple[str, ...]) -> str:
+        text = self.tokenizer.decode(response, skip_special_tokens=True)
+        for s in stop:
+            cut = text.find(s)
+            if cut >= 0:
+                text = text[: cut + len(s)]
+        return text
+
+    # -- scoring ---------------------------------------------------------------------
+    def log_probs(self, batch: TokenBatch, *, with_entropy: bool = False, with_values: bool = False) -> TokenScores:
+        """Differentiable log-probs (and entropy, values) of the response tokens only."""
+        hidden, prompt_lens, resp_lens = self._hidden(batch)
+        rows, max_resp = len(batch), max(max(resp_lens), 1)
+        # hidden state at position (prompt_len + j - 1) predicts response token j
+        offsets = torch.arange(max_resp, device=self.device)
+        starts = torch.tensor(prompt_lens, device=self.device) - 1
+        index = (starts[:, None] + offsets[None, :]).clamp(max=hidden.shape[1] - 1)
+        mask = (offsets[None, :] < torch.tensor(resp_lens, device=self.device)[:, None]).float()
+        picked = hidden.gather(1, index[:, :, None].expand(-1, -1, hidden.shape[-1]))
+        logits = self.model.get_output_embeddings()(picked).float()
+        log_softmax = torch.log_softmax(logits, dim=-1)
+        targets = torch.zeros((rows, max_resp), dtype=torch.long, device=self.device)
+        for i, r in enumerate(batch.response_ids):
+            if r:
+                targets[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        token_logp = log_softmax.gather(-1, targets[:, :, None]).squeeze(-1) * mask
+        entropy = None
+        if with_entropy:
+            entropy = -(log_softmax.exp() * log_softmax).sum(-1) * mask
+        extras = {}
+        if with_values:
+            extras["values"] = self._value_from_hidden(hidden, starts)
+        return TokenScores(token_logp, mask, entropy, extras)
+
+    def values(self, batch: TokenBatch) -> torch.Tensor:
+        """Critic value of each row's prompt (the hidden state of its last prompt token)."""
+        prompts_only = TokenBatch(batch.prompt_ids, [[] for _ in batch.prompt_ids])
+        hidden, prompt_lens, _ = self._hidden(prompts_only)
+        return self._value_from_hidden(hidden, torch.tensor(prompt_lens, device=self.device) - 1)
+
+    def _value_from_hidden(self, hidden: torch.Tensor, last_prompt: torch.Tensor) -> torch.Tensor:
+        if self.value_head is None:
+            raise RuntimeError("this policy has no value head; build it with critic=True")
+        picked = hidden[torch.arange(hidden.shape[0], device=self.device), last_prompt]
+        return self.value_head(picked.float()).squeeze(-1)
+
+    def _hidden(self, batch: TokenBatch) -> tuple[torch.Tensor, list[int], list[int]]:
+        """Last hidden states of prompt+response, right-padded (positions are exact)."""
+        if len(batch) == 0:
+            raise ValueError("empty batch")
+        prompt_lens = [len(p) for p in batch.prompt_ids]
+        if min(prompt_lens) < 1:
+            raise ValueError("every row needs at least one prompt token")
+        resp_lens = [len(r) for r in batch.response_ids]
+        seqs = [list(p) + list(r) for p, r in zip(batch.prompt_ids, batch.response_ids)]
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+            mask[i, : len(s)] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = torch.arange(width, device=self.device)[None, :].expand(len(seqs), -1)
+        out = self.model.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=positions)
+        return out.last_hidden_state, prompt_lens, resp_lens
+
+    # -- helpers ---------------------------------------------------------------------
+    def _base_config(self) -> Any:
+        return self.model.config
+
+    def sampling_state(self) -> torch.Tensor:
+        return self._generator.get_state()
+
+    def set_sampling_state(self, state: torch.Tensor) -> None:
+        self._generator.set_state(state)
+
+
+def _load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
+    """The tokenizer of a model folder or id.
+
+    A folder whose ``tokenizer_config.json`` declares the generic class is loaded from
+    its ``tokenizer.json`` exactly: ``AutoTokenizer`` would rebuild it as the model
+    type's own tokenizer class (e.g. Qwen2's), dropping a custom pre-tokeniser such as
+    the tiny model's.
+    """
+    tf = _transformers()
+    config_file = Path(name_or_path) / "tokenizer_config.json"
+    if not kwargs and config_file.is_file() and (Path(name_or_path) / "tokenizer.json").is_file():
+        declared = json.loads(config_file.read_text()).get("tokenizer_class")
+        if declared in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+            return tf.PreTrainedTokenizerFast.from_pretrained(name_or_path)
+    return tf.AutoTokenizer.from_pretrained(name_or_path, **kwargs)
+
+
+def _sample(logits: torch.Tensor, sampling: SamplingParams, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next token per row and its log-prob under the sampling distribution."""
+    if sampling.temperature == 0:
+        logp = torch.log_softmax(logits, dim=-1)
+        token = logits.argmax(-1)
+        return token, logp.gather(-1, token[:, None]).squeeze(-1)
+    logp = torch.log_softmax(logits / sampling.temperature, dim=-1)
+    probs = logp.exp()
+    if sampling.top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        keep = (sorted_p.cumsum(-1) - sorted_p) < sampling.top_p
+        sorted_p = sorted_p * keep
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        probs = probs / probs.sum(-1, keepdim=True)
+        logp = torch.log(probs.clamp_min(1e-30))
+    token = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    return token, logp.gather(-1, token[:, None]).squeeze(-1)
+
+
+def _add_lora(model: nn.Module, lora: dict[str, Any]) -> nn.Module:
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as e:  # pragma: no cover - depends on the install
+        raise missing_extra_error("train", "LoRA adapters") from e
+    settings = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": "all-linear"}
+    settings.update(lora)
+    return get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **settings))

@@ -1,0 +1,73 @@
+"""The policy loss every algorithm shares: PPO clipped surrogate + KL + entropy.
+
+All terms are token-means over the mini-batch: each token counts once, whatever the
+length of its response.  ``token_count`` is the mini-batch's total, so micro-batches
+summed with gradient accumulation give exactly the mini-batch loss.
+
+- surrogate: ``max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high))``, ``r = exp(logp - old)``;
+- KL to the reference policy, the low-variance "k3" estimator
+  ``exp(ref - logp) - (ref - logp) - 1`` (>= 0, unbiased for KL(pi || ref));
+- entropy bonus: ``- entropy_coef * H``;
+- critic (PPO): ``value_coef * 0.5 (V - target)^2``, mean over rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class LossWeights:
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    kl_coef: float = 0.01
+    entropy_coef: float = 0.001
+    value_coef: float = 0.5
+
+
+def k3_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """Per-token low-variance KL estimate (clamped log-ratio for numerical safety)."""
+    delta = (ref_log_probs - log_probs).clamp(-20.0, 20.0)
+    return delta.exp() - delta - 1.0
+
+
+def policy_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    token_count: float,
+    weights: LossWeights,
+    *,
+    ref_log_probs: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Loss of one micro-batch (``[rows, tokens]`` tensors, ``advantages`` per row) and its stats."""
+    adv = advantages[:, None].to(log_probs.dtype)
+    log_ratio = (log_probs - old_log_probs) * mask
+    ratio = log_ratio.exp()
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(1.0 - weights.clip_low, 1.0 + weights.clip_high)
+    surrogate = torch.maximum(unclipped, clipped)
+    loss = (surrogate * mask).sum() / token_count
+    stats = {
+        "pg_loss": float(loss.detach()),
+        "clip_fraction": float(((clipped > unclipped).float() * mask).sum() / token_count),
+        "approx_kl_old": float((0.5 * log_ratio.detach() ** 2 * mask).sum() / token_count),
+    }
+    if ref_log_probs is not None and weights.kl_coef:
+        kl = (k3_kl(log_probs, ref_log_probs) * mask).sum() / token_count
+        loss = loss + weights.kl_coef * kl
+        stats["kl_ref"] = float(kl.detach())
+    if entropy is not None:
+        ent = (entropy * mask).sum() / token_count
+        loss = loss - weights.entropy_coef * ent
+        stats["entropy"] = float(ent.detach())
+    return loss, stats
+
+
+def value_loss(values: torch.Tensor, targets: torch.Tensor, row_count: float, weights: LossWeights) -> torch.Tensor:
+    """Critic regression term of one micro-batch (mean over the mini-batch's rows)."""
+    return weights.value_coef * 0.5 * ((values - targets.to(values.dtype)) ** 2).sum() / row_count

@@ -1,0 +1,91 @@
+"""Training diagnostics: rollout statistics, the metrics log, the learning curve."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gigpo_gym.algos.rollout import Rollout
+
+#: Step-group size buckets of the histogram (GiGPO gets a signal only from groups > 1).
+SIZE_BUCKETS = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 10**9))
+
+
+def step_group_sizes(group_ids: np.ndarray, anchors: np.ndarray) -> np.ndarray:
+    """Size of each step group: the rows sharing (task group, anchor)."""
+    if len(group_ids) == 0:
+        return np.zeros(0, dtype=np.int64)
+    keys = np.array([f"{g}\x00{a}" for g, a in zip(group_ids, anchors)], dtype=object)
+    _, counts = np.unique(keys, return_counts=True)
+    return counts
+
+
+def rollout_metrics(rollout: Rollout, prefix: str = "rollout") -> dict[str, float]:
+    """Success (overall, per task type), invalid-action rate, tokens/s, group statistics."""
+    m: dict[str, float] = {}
+    for task_type, rate in rollout.success_by_task_type().items():
+        m[f"{prefix}/success" if task_type == "all" else f"{prefix}/success/{task_type}"] = rate
+    rows = max(len(rollout), 1)
+    m[f"{prefix}/invalid_action_rate"] = 1.0 - float(np.sum(rollout.action_valid)) / rows
+    m[f"{prefix}/episode_length"] = float(np.mean([e.length for e in rollout.episodes])) if rollout.episodes else 0.0
+    m[f"{prefix}/return"] = float(np.mean([e.reward for e in rollout.episodes])) if rollout.episodes else 0.0
+    m[f"{prefix}/rows"] = float(len(rollout))
+    m[f"{prefix}/seconds"] = rollout.seconds
+    if rollout.generate_seconds > 0:
+        m[f"{prefix}/tokens_per_s"] = rollout.generated_tokens / rollout.generate_seconds
+    returns: dict[int, list[float]] = {}
+    for e in rollout.episodes:
+        returns.setdefault(e.group_id, []).append(round(e.reward, 9))
+    if returns:
+        m[f"{prefix}/all_equal_groups"] = float(np.mean([len(set(r)) == 1 for r in returns.values()]))
+    sizes = step_group_sizes(np.asarray(rollout.group_ids), np.asarray(rollout.anchors, dtype=object))
+    if sizes.size:
+        m[f"{prefix}/step_group_size_mean"] = float(sizes.mean())
+        m[f"{prefix}/step_rows_in_shared_groups"] = float(sizes[sizes > 1].sum()) / rows
+        for low, high in SIZE_BUCKETS:
+            label = str(low) if low == high else (f"{low}+" if high > 10**8 else f"{low}-{high}")
+            m[f"{prefix}/step_group_size_hist/{label}"] = float(((sizes >= low) & (sizes <= high)).sum())
+    return m
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_curve(records: list[dict[str, Any]], path: Path, title: str = "") -> Path | None:
+    """Success vs iteration (rollout and eval) as a PNG; None when there is nothing to plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [(r["iteration"], r["rollout/success"]) for r in records if "rollout/success" in r]
+    evals = [(r["iteration"], r["eval/success"]) for r in records if "eval/success" in r]
+    if not train and not evals:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    if train:
+        ax.plot(*zip(*train), label="rollout success", marker=".")
+    if evals:
+        ax.plot(*zip(*evals), label="eval success (held-out)", marker="o")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("success rate")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

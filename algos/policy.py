@@ -1,0 +1,126 @@
+"""The one LLM-policy interface every algorithm trains through.
+
+A policy turns prompts into generations (``generate``), scores given responses with
+differentiable per-token log-probabilities (``log_probs``), optionally predicts a
+value per prompt (``values``, for critics), and saves/loads itself.  Backends: the
+Hugging Face one (``algos.hf``) and the non-trainable reference policies
+(``algos.reference``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How ``generate`` samples.  ``temperature=0`` means greedy decoding."""
+
+    #: Most tokens one response may have.
+    max_new_tokens: int = 32
+    #: Softmax temperature; 0 picks the arg-max token.
+    temperature: float = 1.0
+    #: Nucleus sampling mass (1.0 keeps the whole distribution).
+    top_p: float = 1.0
+    #: Generation of a row ends once its text contains one of these (kept in the text).
+    stop: tuple[str, ...] = ()
+    #: Seed of the sampling generator (None: draw from the policy's own stream).
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass
+class Generation:
+    """One sampled response and the tokens that produced it."""
+
+    text: str
+    #: Token ids the model saw as prompt (after the chat template).
+    prompt_ids: list[int]
+    #: Token ids the model produced (eos included when it ended on eos).
+    response_ids: list[int]
+    #: Log-probability of each response token under the sampling distribution.
+    log_probs: list[float]
+    #: True if the response ended on eos or a stop string, False if cut at max_new_tokens.
+    finished: bool = True
+
+
+@dataclass
+class TokenBatch:
+    """Prompt/response token ids of a set of rows, for scoring."""
+
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+
+    def __post_init__(self) -> None:
+        if len(self.prompt_ids) != len(self.response_ids):
+            raise ValueError(f"{len(self.prompt_ids)} prompts but {len(self.response_ids)} responses")
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids)
+
+    def select(self, index: Sequence[int]) -> "TokenBatch":
+        return TokenBatch([self.prompt_ids[i] for i in index], [self.response_ids[i] for i in index])
+
+    @classmethod
+    def from_generations(cls, gens: Sequence[Generation]) -> "TokenBatch":
+        return cls([list(g.prompt_ids) for g in gens], [list(g.response_ids) for g in gens])
+
+
+@dataclass
+class TokenScores:
+    """Per-token outputs of ``log_probs``: right-padded ``[rows, max_response_len]``."""
+
+    log_probs: torch.Tensor
+    #: 1.0 on real response tokens, 0.0 on padding.
+    mask: torch.Tensor
+    #: Entropy of the model's distribution at each response position (if asked for).
+    entropy: torch.Tensor | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """What the rollout and the trainer need from a policy."""
+
+    def generate(self, prompts: Sequence[str], sampling: SamplingParams) -> list[Generation]:
+        """One generation per prompt."""
+        ...
+
+
+@runtime_checkable
+class TrainablePolicy(Policy, Protocol):
+    """A policy with parameters: scored, optimised, saved and loaded."""
+
+    device: torch.device
+
+    def log_probs(self, batch: TokenBatch, *, with_entropy: bool = False) -> TokenScores:
+        """Differentiable log-probs of the response tokens only (prompt logits never built)."""
+        ...
+
+    def values(self, batch: TokenBatch) -> torch.Tensor:
+        """One value per row (needs a critic head); differentiable."""
+        ...
+
+    def parameters(self) -> Any: ...
+
+    def train(self, mode: bool = True) -> Any: ...
+
+    def save(self, path: str | Path) -> None: ...
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` -> cuda when available, else cpu; anything else as torch names it."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)

@@ -1,0 +1,215 @@
+"""Multi-turn rollout over a grouped vector env: one training row per env step.
+
+Each round resets every env (the copies of a group share a task), then, while any
+episode runs: the active envs' prompts (built by ``HistoryPrompt``) go to the policy
+in one batch, the generated texts are the actions (``ActionParser`` extracts the
+command), and each active env's step becomes one row with its group id, trajectory
+id, step index, shaped reward, anchor key (of the state the action was taken in),
+tokens and sampling log-probs.  Finished envs are frozen by the vector env and stop
+consuming generation.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from gigpo_gym.algos.policy import Generation, SamplingParams, TokenBatch
+
+
+@dataclass(frozen=True)
+class RewardShaping:
+    """How env feedback becomes the training reward of a step."""
+
+    #: Multiplies the base reward (10 in the GiGPO paper).
+    scale: float = 10.0
+    #: Base reward: ``"won"`` (1 on the winning step) or ``"env"`` (the env's own reward).
+    source: str = "won"
+    #: Subtracted on every step whose action was invalid.
+    invalid_action_penalty: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.source not in ("won", "env"):
+            raise ValueError(f"reward source must be 'won' or 'env', got {self.source!r}")
+
+    def __call__(self, env_reward: float, won: bool, valid: bool) -> float:
+        base = float(won) if self.source == "won" else float(env_reward)
+        return self.scale * base - (0.0 if valid else self.invalid_action_penalty)
+
+
+@dataclass
+class Episode:
+    """Summary of one trajectory of the round."""
+
+    group_id: int
+    traj_id: int
+    task_id: str
+    task_type: str
+    won: bool = False
+    length: int = 0
+    reward: float = 0.0
+    invalid_steps: int = 0
+
+
+@dataclass
+class Rollout:
+    """The rows of one round (parallel lists, one entry per env step) and its episodes."""
+
+    group_ids: list[int] = field(default_factory=list)
+    traj_ids: list[int] = field(default_factory=list)
+    step_ids: list[int] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    anchors: list[str] = field(default_factory=list)
+    anchor_texts: list[str] = field(default_factory=list)
+    action_valid: list[bool] = field(default_factory=list)
+    prompt_ids: list[list[int]] = field(default_factory=list)
+    response_ids: list[list[int]] = field(default_factory=list)
+    old_log_probs: list[list[float]] = field(default_factory=list)
+    episodes: list[Episode] = field(default_factory=list)
+    generated_tokens: int = 0
+    generate_seconds: float = 0.0
+    seconds: float = 0.0
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    @property
+    def tokens(self) -> TokenBatch:
+        return TokenBatch(self.prompt_ids, self.response_ids)
+
+    def to_step_batch(self):
+        """The rows as the advantage estimators' ``StepBatch`` (token data in ``extras``)."""
+        from gigpo_gym.algos.batch import StepBatch
+
+        return StepBatch(
+            group_ids=np.asarray(self.group_ids, dtype=np.int64),
+            traj_ids=np.asarray(self.traj_ids, dtype=np.int64),
+            step_ids=np.asarray(self.step_ids, dtype=np.int64),
+            rewards=np.asarray(self.rewards, dtype=np.float64),
+            anchors=np.asarray(self.anchors, dtype=object),
+            anchor_texts=np.asarray(self.anchor_texts, dtype=object),
+            extras={"action_valid": np.asarray(self.action_valid, dtype=bool)},
+        )
+
+    def success_by_task_type(self) -> dict[str, float]:
+        """Share of won episodes per task type (and ``"all"``)."""
+        out: dict[str, list[bool]] = {}
+        for ep in self.episodes:
+            out.setdefault(ep.task_type, []).append(ep.won)
+        result = {k: float(np.mean(v)) for k, v in sorted(out.items())}
+        result["all"] = float(np.mean([ep.won for ep in self.episodes])) if self.episodes else 0.0
+        return result
+
+
+def info_at(infos: dict[str, Any], key: str, index: int, default: Any = None) -> Any:
+    """Env ``index``'s value of ``key`` in gymnasium's vector info format."""
+    if key not in infos:
+        return default
+    present = infos.get(f"_{key}")
+    if present is not None and not bool(present[index]):
+        return default
+    value = infos[key][index]
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _contexts(policy: Any, envs: Any, infos: dict[str, Any], active: np.ndarray) -> list[dict[str, Any]] | None:
+    """Per-row context for reference policies (admissible actions, expert action)."""
+    wanted = getattr(policy, "needs_context", ())
+    if not wanted:
+        return None
+    experts = envs.call("expert_action") if "expert_action" in wanted else None
+    return [
+        {
+            "admissible_actions": list(info_at(infos, "admissible_actions", int(i), []) or []),
+            "expert_action": experts[int(i)] if experts is not None else None,
+        }
+        for i in active
+    ]
+
+
+def collect(
+    policy: Any,
+    envs: Any,
+    sampling: SamplingParams,
+    *,
+    seed: int,
+    shaping: RewardShaping = RewardShaping(),
+    on_step: Callable[[int], None] | None = None,
+) -> Rollout:
+    """Play one round of every env of ``envs`` to the end and return its rows."""
+    start = time.perf_counter()
+    obs, infos = envs.reset(seed=seed)
+    n = len(obs)
+    out = Rollout()
+    for i in range(n):
+        out.episodes.append(
+            Episode(
+                group_id=int(info_at(infos, "group_id", i, i)),
+                traj_id=int(info_at(infos, "traj_id", i, i)),
+                task_id=str(info_at(infos, "task_id", i, "")),
+                task_type=str(info_at(infos, "task_type", i, "")),
+            )
+        )
+    active = np.ones(n, dtype=bool)
+    step = 0
+    while active.any():
+        rows = np.flatnonzero(active)
+        prompts = [obs[i] for i in rows]
+        contexts = _contexts(policy, envs, infos, rows)
+        t0 = time.perf_counter()
+        gens: Sequence[Generation] = (
+            policy.generate(prompts, sampling) if contexts is None else policy.generate(prompts, sampling, contexts)
+        )
+        out.generate_seconds += time.perf_counter() - t0
+        actions = [""] * n
+        for i, g in zip(rows, gens):
+            actions[i] = g.text
+        next_obs, rewards, terminated, truncated, next_infos = envs.step(actions)
+        for i, g in zip(rows, gens):
+            ep = out.episodes[i]
+            valid = bool(info_at(next_infos, "action_valid", i, True))
+            won = bool(info_at(next_infos, "won", i, False))
+            reward = shaping(float(rewards[i]), won, valid)
+            out.group_ids.append(ep.group_id)
+            out.traj_ids.append(ep.traj_id)
+            out.step_ids.append(step)
+            out.rewards.append(reward)
+            out.anchors.append(str(info_at(infos, "anchor", i, "")))
+            out.anchor_texts.append(str(info_at(infos, "anchor_text", i, "")))
+            out.action_valid.append(valid)
+            out.prompt_ids.append(list(g.prompt_ids))
+            out.response_ids.append(list(g.response_ids))
+            out.old_log_probs.append(list(g.log_probs))
+            out.generated_tokens += len(g.response_ids)
+            ep.length += 1
+            ep.reward += reward
+            ep.invalid_steps += int(not valid)
+            ep.won = ep.won or won
+        obs, infos = next_obs, next_infos
+        active = active & ~(np.asarray(terminated) | np.asarray(truncated))
+        step += 1
+        if on_step is not None:
+            on_step(int(active.sum()))
+    out.seconds = time.perf_counter() - start
+    return out
+
+
+def wrap_llm_env(
+    env: Any, history_length: int = 2, anchor_mode: str = "state", intro: str | None = None,
+    action_format: str | None = None,
+) -> Any:
+    """The LLM stack ``ActionParser(HistoryPrompt(AnchorKey(env)))`` with prompt texts chosen."""
+    from gigpo_gym.wrappers import ActionParser, AnchorKey, HistoryPrompt
+
+    prompt = HistoryPrompt(AnchorKey(env, mode=anchor_mode), history_length, intro=intro, action_format=action_format)
+    return ActionParser(prompt)
+
+
+def llm_wrapper(**settings: Any) -> Callable[[Any], Any]:
+    """A picklable ``env -> wrapped env`` for ``make_grouped(wrappers=...)``."""
+    import functools
+
+    return functools.partial(wrap_llm_env, **settings)

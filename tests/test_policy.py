@@ -1,0 +1,150 @@
+"""The policy interface on the tiny model: generation, response-only scoring, save/load."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gigpo_gym.algos.hf import HFPolicy
+from gigpo_gym.algos.policy import Generation, SamplingParams, TokenBatch, TrainablePolicy
+from gigpo_gym.algos.reference import ExpertPolicy, RandomAdmissiblePolicy
+from gigpo_gym.algos.tiny import TinySpec, build_tiny, train_tokenizer
+
+CORPUS = [
+    "Walk to the exit. You are in room 1. The exit is east of room 3. Admissible actions: go east | go west | wait",
+    "<action>go east</action>",
+    "<action>go west</action>",
+    "<action>wait</action>",
+] * 4
+SPEC = TinySpec(vocab_size=320, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=2)
+PROMPTS = ["You are in room 1.", "The exit is east of room 3. Admissible actions: go east | go west | wait"]
+
+
+@pytest.fixture(scope="module")
+def tiny_path():
+    return build_tiny(CORPUS, SPEC, name="test")
+
+
+@pytest.fixture()
+def policy(tiny_path):
+    return HFPolicy.from_pretrained(tiny_path, device="cpu")
+
+
+def test_tiny_build_is_deterministic_and_cached(tiny_path, tmp_path, monkeypatch):
+    assert build_tiny(CORPUS, SPEC, name="test") == tiny_path  # cached
+    monkeypatch.setenv("GIGPO_GYM_CACHE", str(tmp_path))
+    other = build_tiny(CORPUS, SPEC, name="test")
+    assert other != tiny_path
+    a, b = HFPolicy.from_pretrained(tiny_path, device="cpu"), HFPolicy.from_pretrained(other, device="cpu")
+    assert a.tokenizer.get_vocab() == b.tokenizer.get_vocab()
+    for (name, p), (_, q) in zip(a.model.named_parameters(), b.model.named_parameters()):
+        assert torch.equal(p, q), name
+    # the saved tokenizer is the trained one (AutoTokenizer would swap in Qwen2's pre-tokeniser)
+    fresh = train_tokenizer(CORPUS, SPEC.vocab_size)
+    assert a.tokenizer(CORPUS[0])["input_ids"] == fresh(CORPUS[0])["input_ids"]
+    # whole phrases and the answer tags are single tokens
+    pieces = a.tokenizer.convert_ids_to_tokens(a.tokenizer("<action>go east</action>")["input_ids"])
+    assert pieces == ["<action>", "goĠeast", "</action>"]
+
+
+def test_generate_returns_tokens_and_log_probs_that_scoring_reproduces(policy):
+    assert isinstance(policy, TrainablePolicy)
+    gens = policy.generate(PROMPTS, SamplingParams(max_new_tokens=6, seed=3))
+    assert len(gens) == 2 and all(isinstance(g, Generation) for g in gens)
+    for g, p in zip(gens, PROMPTS):
+        assert g.prompt_ids == policy.encode_prompt(p)
+        assert 1 <= len(g.response_ids) == len(g.log_probs) <= 6
+    scores = policy.log_probs(TokenBatch.from_generations(gens))
+    for g, row, mask in zip(gens, scores.log_probs, scores.mask):
+        assert mask.sum() == len(g.response_ids)
+        torch.testing.assert_close(row[: len(g.log_probs)], torch.tensor(g.log_probs), atol=1e-4, rtol=1e-4)
+
+
+def test_seeded_sampling_repeats_and_left_padding_does_not_change_greedy_output(policy):
+    s = SamplingParams(max_new_tokens=5, seed=11)
+    assert [g.response_ids for g in policy.generate(PROMPTS, s)] == [g.response_ids for g in policy.generate(PROMPTS, s)]
+    greedy = SamplingParams(max_new_tokens=5, temperature=0)
+    alone = policy.generate(PROMPTS[:1], greedy)[0]
+    batched = policy.generate(PROMPTS, greedy)[0]  # the short prompt is left-padded here
+    assert alone.response_ids == batched.response_ids
+
+
+def test_stop_strings_end_a_row(policy):
+    gens = policy.generate(PROMPTS, SamplingParams(max_new_tokens=12, temperature=0))
+    first = policy.tokenizer.decode(gens[0].response_ids[:2], skip_special_tokens=True)
+    stopped = policy.generate(PROMPTS, SamplingParams(max_new_tokens=12, temperature=0, stop=(first,)))[0]
+    assert stopped.finished and len(stopped.response_ids) <= 2 and stopped.text.endswith(first)
+
+
+def test_log_probs_match_full_logits_but_lm_head_sees_only_response_positions(policy):
+    batch = TokenBatch([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14]])
+    seen = []
+    head = policy.model.get_output_embeddings()
+    hook = head.register_forward_hook(lambda m, args, out: seen.append(args[0].shape[1]))
+    scores = policy.log_probs(batch, with_entropy=True)
+    hook.remove()
+    assert seen == [3]  # the longest response, not prompt + response
+    for i, (p, r) in enumerate(zip(batch.prompt_ids, batch.response_ids)):
+        full = torch.log_softmax(policy.model(torch.tensor([p + r])).logits[0].float(), -1)
+        expected = full[len(p) - 1 : len(p) - 1 + len(r)].gather(-1, torch.tensor(r)[:, None]).squeeze(-1)
+        torch.testing.assert_close(scores.log_probs[i, : len(r)], expected, atol=1e-5, rtol=1e-5)
+    assert scores.log_probs[1, 1:].abs().sum() == 0 and scores.mask[1].tolist() == [1.0, 0.0, 0.0]
+    assert (scores.entropy[0] > 0).all()
+    scores.log_probs.sum().backward()
+    assert policy.model.get_input_embeddings().weight.grad is not None
+
+
+def test_save_load_round_trip_and_critic(tiny_path, tmp_path):
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", critic=True)
+    batch = TokenBatch([[5, 6, 7], [8]], [[9, 10], [11, 12, 13]])
+    with torch.no_grad():
+        policy.value_head.bias.fill_(0.5)
+    values = policy.values(batch)
+    assert values.shape == (2,) and values.requires_grad
+    scores = policy.log_probs(batch, with_values=True)
+    torch.testing.assert_close(scores.extras["values"], values)
+    policy.save(tmp_path / "saved")
+    loaded = HFPolicy.load(tmp_path / "saved", device="cpu")
+    torch.testing.assert_close(loaded.log_probs(batch).log_probs, scores.log_probs)
+    torch.testing.assert_close(loaded.values(batch), values)
+    with pytest.raises(FileNotFoundError, match="policy.json is missing"):
+        HFPolicy.load(tmp_path, device="cpu")
+
+
+def test_lora_trains_only_adapters_and_round_trips(tiny_path, tmp_path):
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", lora={"r": 2})
+    trainable = [n for n, p in policy.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    batch = TokenBatch([[5, 6, 7]], [[9, 10]])
+    policy.log_probs(batch).log_probs.sum().backward()
+    with torch.no_grad():
+        for n, p in policy.named_parameters():
+            if "lora_B" in n:
+                p.add_(0.05)
+    policy.save(tmp_path / "lora")
+    loaded = HFPolicy.load(tmp_path / "lora", device="cpu")
+    torch.testing.assert_close(loaded.log_probs(batch).log_probs, policy.log_probs(batch).log_probs)
+
+
+def test_bad_sampling_params_are_rejected():
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+        SamplingParams(max_new_tokens=0)
+    with pytest.raises(ValueError, match="top_p must be in"):
+        SamplingParams(top_p=0)
+
+
+def test_reference_policies_act_from_context():
+    ctx = [{"admissible_actions": ["look", "go east"], "expert_action": "go east"}]
+    rnd = RandomAdmissiblePolicy(seed=1).generate(["p"], SamplingParams(), ctx)[0]
+    assert rnd.text in ("<action>look</action>", "<action>go east</action>") and rnd.response_ids == []
+    assert ExpertPolicy().generate(["p"], SamplingParams(), ctx)[0].text == "<action>go east</action>"
+    with pytest.raises(ValueError, match="needs one context"):
+        ExpertPolicy().generate(["p"], SamplingParams())
+
+
+def test_response_prefix_is_part_of_the_prompt_and_of_the_text(tiny_path):
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", response_prefix="<action>")
+    tag = policy.tokenizer.convert_tokens_to_ids("<action>")
+    gen = policy.generate(PROMPTS[:1], SamplingParams(max_new_tokens=3, seed=0))[0]
+    assert gen.prompt_ids[-1] == tag and tag not in gen.response_ids[:1]
+    assert gen.text.startswith("<action>")

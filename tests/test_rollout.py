@@ -1,0 +1,84 @@
+"""Multi-turn rollout over the grouped vector env (scripted fake env, scripted policies)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers_fake import CORRIDOR_ID
+
+import gigpo_gym
+from gigpo_gym.algos.policy import Generation, SamplingParams
+from gigpo_gym.algos.reference import ExpertPolicy
+from gigpo_gym.algos.registry import get_algorithm
+from gigpo_gym.algos.rollout import RewardShaping, collect, llm_wrapper
+
+
+class ScriptedPolicy:
+    """Answers by a rule on the prompt; records how many prompts each call got."""
+
+    def __init__(self, rule):
+        self.rule, self.calls = rule, []
+
+    def generate(self, prompts, sampling):
+        self.calls.append(len(prompts))
+        return [Generation(self.rule(p), [1, 2], [3, 4, 5], [-0.1, -0.2, -0.3]) for p in prompts]
+
+
+def make_envs(groups=2, size=3, seed=0):
+    return gigpo_gym.make_grouped(CORRIDOR_ID, groups, size, seed=seed, wrappers=(llm_wrapper(history_length=1),))
+
+
+def test_expert_rounds_win_and_rows_follow_the_contract():
+    envs = make_envs()
+    out = collect(ExpertPolicy(), envs, SamplingParams(), seed=5)
+    assert all(e.won for e in out.episodes) and len(out.episodes) == 6
+    assert len(out) == sum(e.length for e in out.episodes)
+    for e in out.episodes:  # reward 10 on the winning step only
+        rows = [i for i, t in enumerate(out.traj_ids) if t == e.traj_id]
+        assert [out.step_ids[i] for i in rows] == list(range(e.length))
+        assert [out.rewards[i] for i in rows] == [0.0] * (e.length - 1) + [10.0]
+        assert {out.group_ids[i] for i in rows} == {e.traj_id // 3}
+    # copies of a group play the same task: same anchors step by step
+    by_traj = {t: [a for a, tt in zip(out.anchors, out.traj_ids) if tt == t] for t in range(6)}
+    assert by_traj[0] == by_traj[1] == by_traj[2]
+    assert out.success_by_task_type()["all"] == 1.0
+    envs.close()
+
+
+def test_invalid_actions_are_penalised_and_the_time_limit_ends_episodes():
+    envs = make_envs(1, 2)
+    out = collect(ScriptedPolicy(lambda p: "no tags at all"), envs, SamplingParams(), seed=0,
+                  shaping=RewardShaping(scale=10.0, invalid_action_penalty=0.25))
+    assert [e.length for e in out.episodes] == [8, 8]  # the registered max_episode_steps
+    assert out.rewards == [-0.25] * 16 and not any(out.action_valid)
+    assert out.generated_tokens == 16 * 3
+    envs.close()
+
+
+def test_finished_envs_stop_consuming_generation():
+    # tasks of different lengths finish at different steps; a finished env gets no prompt
+    envs = make_envs(8, 1, seed=1)
+    policy = ScriptedPolicy(lambda p: "<action>go east</action>")
+    out = collect(policy, envs, SamplingParams(), seed=1)
+    lengths = sorted(e.length for e in out.episodes)
+    assert len(set(lengths)) > 1
+    assert policy.calls == [sum(l > k for l in lengths) for k in range(max(lengths))]
+    assert sum(policy.calls) == len(out)
+    envs.close()
+
+
+def test_rows_feed_the_advantage_estimators():
+    envs = make_envs()
+    flip = iter(np.random.default_rng(0).integers(0, 2, size=1000))
+    policy = ScriptedPolicy(lambda p: "<action>go east</action>" if next(flip) else "<action>wait</action>")
+    out = collect(policy, envs, SamplingParams(), seed=2)
+    batch = out.to_step_batch()
+    assert len(batch) == len(out) and batch.anchor_texts is not None
+    adv = get_algorithm("gigpo").advantages(batch)
+    assert adv.shape == (len(out),) and np.isfinite(adv).all() and np.abs(adv).sum() > 0
+    envs.close()
+
+
+def test_reward_shaping_rejects_unknown_source():
+    with pytest.raises(ValueError, match="reward source must be 'won' or 'env'"):
+        RewardShaping(source="score")

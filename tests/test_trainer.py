@@ -1,0 +1,111 @@
+"""The trainer end to end on the tiny model, its config, checkpoints and loss."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from helpers_fake import CORRIDOR_ID
+
+from gigpo_gym.algos import checkpoint as ckpt
+from gigpo_gym.algos.config import ConfigError, load_config
+from gigpo_gym.algos.loss import LossWeights, k3_kl, policy_loss
+from gigpo_gym.algos.trainer import build_policy, run_training
+
+SMALL = [
+    f"env.id={CORRIDOR_ID}", "env.num_groups=2", "env.group_size=2", "env.eval_episodes=2", "env.history_length=1",
+    "sampling.max_new_tokens=6", "model.device=cpu", "model.tiny.corpus_episodes=3", "model.tiny.vocab_size=300",
+    "model.tiny.hidden_size=32", "model.tiny.intermediate_size=64", "optim.lr=1e-3", "optim.micro_batch_size=8",
+    "optim.mini_batch_size=64", "iterations=2", "progress=false", "eval_before=false",
+]
+
+
+def small_config(tmp_path, *extra):
+    return load_config(None, [*SMALL, f"run_dir={tmp_path / 'run'}", *extra])
+
+
+def test_two_iterations_change_the_weights_and_resume_from_the_checkpoint(tmp_path):
+    cfg = small_config(tmp_path, "sft.steps=2", "sft.episodes=2")
+    policy = build_policy(cfg)
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    summary = run_training(cfg, policy=policy, echo=lambda *_: None)
+    changed = [n for n, p in policy.named_parameters() if not torch.equal(p, before[n])]
+    assert len(changed) == len(before)
+    run = tmp_path / "run"
+    assert summary["final_checkpoint"] == str(run / "checkpoints" / "iter-000002")
+    assert (run / "learning_curve.png").stat().st_size > 0 and any((run / "tensorboard").iterdir())
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    last = records[-1]
+    assert last["iteration"] == 2 and "eval/success" in last and "train/clip_fraction" in last
+    assert "rollout/tokens_per_s" in last and "rollout/step_group_size_hist/1" in last
+    assert load_config(run / "config.yaml") == cfg  # the resolved config reads back
+
+    resumed = small_config(tmp_path, "iterations=3")
+    new_policy = build_policy(resumed)
+    logs: list[str] = []
+    run_training(resumed, resume="latest", policy=new_policy, echo=logs.append)
+    assert logs[0].startswith("resumed from iteration 2")
+    after_resume = [json.loads(line)["iteration"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert after_resume[-1] == 3 and after_resume.count(3) == 1
+    assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter-000002", "iter-000003"]
+
+
+def test_corrupted_checkpoint_is_a_clear_error_and_the_previous_one_stays_intact(tmp_path):
+    cfg = small_config(tmp_path, "optim.kl_coef=0")
+    run_training(cfg, echo=lambda *_: None)
+    root = tmp_path / "run" / "checkpoints"
+    latest = ckpt.latest_checkpoint(root)
+    weights = latest / ckpt.POLICY_FILE
+    weights.write_bytes(weights.read_bytes()[:-64] + b"\0" * 64)
+    policy = build_policy(cfg)
+    with pytest.raises(ckpt.CheckpointError, match=r"iter-000002/policy.safetensors is corrupted.*iter-000001 is intact"):
+        ckpt.load_checkpoint(latest, policy)
+    assert ckpt.load_checkpoint(root / "iter-000001", policy)["iteration"] == 1
+
+
+def test_bad_config_keys_and_values_are_named(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown config key 'optim.learning_rate'"):
+        load_config(None, ["optim.learning_rate=1e-5"])
+    with pytest.raises(ConfigError, match=r"unknown config key 'env.num_group' \(did you mean 'env.num_groups'\?\)"):
+        load_config(None, ["env.num_group=3"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("iterations: 3\nsampling:\n  temprature: 0.5\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: unknown config key 'sampling.temprature'.*'sampling.temperature'"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="iterations must be an integer, got 'many'"):
+        load_config(None, ["iterations=many"])
+    with pytest.raises(ConfigError, match=r"mini_batch_size \(4\) must be >= optim.micro_batch_size \(8\)"):
+        load_config(None, ["optim.mini_batch_size=4", "optim.micro_batch_size=8"])
+    assert load_config(None, ["optim.lr=1e-5"]).optim.lr == 1e-5  # YAML reads 1e-5 as a string
+
+
+def test_surrogate_clips_and_kl_is_the_k3_estimator():
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    old = torch.zeros(1, 3)
+    w = LossWeights(kl_coef=0.0, entropy_coef=0.0)
+    same, stats = policy_loss(old.clone(), old, torch.tensor([2.0]), mask, 2.0, w)
+    assert float(same) == pytest.approx(-2.0) and stats["clip_fraction"] == 0.0
+    pushed = torch.log(torch.tensor([[1.5, 1.0, 9.0]]))  # ratio 1.5 on a positive advantage: clipped at 1.2
+    loss, stats = policy_loss(pushed, old, torch.tensor([1.0]), mask, 2.0, w)
+    assert float(loss) == pytest.approx(-(1.2 + 1.0) / 2) and stats["clip_fraction"] == 0.5
+    assert float(k3_kl(old, old).abs().sum()) == 0.0
+    lp, ref = torch.tensor([-1.0]), torch.tensor([-2.0])
+    assert float(k3_kl(lp, ref)) == pytest.approx(float(torch.exp(ref - lp) - (ref - lp) - 1))
+
+
+def test_shipped_configs_load_and_the_cli_names_bad_keys(tmp_path, capsys):
+    import argparse
+    from pathlib import Path
+
+    from gigpo_gym.algos.cli import add_cli
+
+    configs = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+    assert any(p.name == "demo.yaml" for p in configs)
+    for path in configs:
+        load_config(path)
+    parser = argparse.ArgumentParser()
+    add_cli(parser.add_subparsers())
+    args = parser.parse_args(["train", "--config", str(configs[0]), "--set", "optim.lr_rate=1", "--iterations", "3"])
+    assert args.func(args) == 2
+    assert "unknown config key 'optim.lr_rate'" in capsys.readouterr().err
