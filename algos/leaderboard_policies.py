@@ -1,0 +1,216 @@
+"""Policy SPEC strings of ``gigpo-gym leaderboard --policy SPEC``.
+
+``random`` (seeded random admissible action), ``random-search`` (the same, with
+WebShop's ``search[<query>]`` filled with the instruction), ``expert`` (the env's own expert: the
+upper bound), ``smollm2`` (the offline SmolLM2-135M-Instruct, zero-shot), a trainer
+run folder / ``checkpoints`` folder / ``iter-NNNNNN`` checkpoint (rebuilt from the
+run's ``config.yaml``, evaluated with the prompts it was trained on), a folder
+``HFPolicy.save`` wrote, a local Hugging Face model folder, a hub id that is already
+in the local HF cache (nothing downloads), or ``sb3:PATH.zip`` (a Stable-Baselines3
+model trained by ``benchmarks/train_sb3.py``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from gigpo_gym.algos.leaderboard_io import LeaderboardError
+from gigpo_gym.algos.policy import SamplingParams
+
+NAMED = ("random", "random-search", "expert", "smollm2")
+
+
+class RandomConcretePolicy:
+    """Random admissible action, with templated ones (WebShop's ``search[<query>]``) filled
+    with the task's instruction: a random baseline that can reach a product at all."""
+
+    needs_context = ("admissible_actions", "instruction")
+
+    def __init__(self, seed: int = 0):
+        import numpy as np
+
+        self._rng = np.random.default_rng(seed)
+
+    def generate(self, prompts, sampling, contexts=None):
+        from gigpo_gym.algos.policy import Generation
+        from gigpo_gym.wrappers.sb3 import concrete_actions
+
+        if contexts is None or len(contexts) != len(prompts):
+            raise ValueError("RandomConcretePolicy needs one context (admissible_actions, instruction) per prompt")
+        out = []
+        for ctx in contexts:
+            options = concrete_actions(ctx.get("admissible_actions") or [], ctx.get("instruction"))
+            action = options[int(self._rng.integers(len(options)))] if options else ""
+            out.append(Generation(text=f"<action>{action}</action>", prompt_ids=[], response_ids=[], log_probs=[]))
+        return out
+
+
+@dataclass
+class LoadedPolicy:
+    """A policy plus everything that decides how it is evaluated (recorded in the result)."""
+
+    policy: Any
+    spec: str
+    kind: str
+    name: str
+    deterministic: bool
+    sampling: SamplingParams
+    #: Overrides of the prompt wrapper settings (history_length, intro, action_format).
+    prompt: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        return {"spec": self.spec, "kind": self.kind, "name": self.name, "deterministic": self.deterministic,
+                "details": {**self.details, "prompt": self.prompt}}
+
+
+def _command_env(env_id: str) -> bool:
+    """True when the env's actions are plain commands in <action> tags (no tags of its own)."""
+    from gymnasium.envs.registration import load_env_creator
+
+    from gigpo_gym.registration import env_spec
+
+    env_class = load_env_creator(env_spec(env_id).entry_point)
+    return not getattr(env_class, "metadata", {}).get("action_tags")
+
+
+def _llm_sampling(env_id: str, temperature: float, max_new_tokens: int | None, seed: int) -> SamplingParams:
+    command = _command_env(env_id)
+    return SamplingParams(
+        max_new_tokens=max_new_tokens or (32 if command else 96), temperature=temperature,
+        stop=("</action>",) if command else ("</search>", "</answer>"), seed=seed,
+    )
+
+
+def resolve_policy(text: str, env_id: str, *, device: str = "auto", seed: int = 0, temperature: float | None = None,
+                   max_new_tokens: int | None = None, name: str | None = None) -> LoadedPolicy:
+    """The policy a SPEC string names, set up for ``env_id`` (errors say what was expected)."""
+    from gigpo_gym.algos.reference import ExpertPolicy, RandomAdmissiblePolicy
+
+    text = str(text).strip()
+    neutral = SamplingParams(max_new_tokens=1, temperature=0.0)
+    if text == "random":
+        return LoadedPolicy(RandomAdmissiblePolicy(seed=seed), text, "random", name or "random admissible", True,
+                            neutral, details={"seed": seed})
+    if text == "random-search":
+        return LoadedPolicy(RandomConcretePolicy(seed=seed), text, "random", name or "random admissible, instruction search",
+                            True, neutral, details={"seed": seed})
+    if text == "expert":
+        return LoadedPolicy(ExpertPolicy(), text, "expert", name or "expert (upper bound)", True, neutral)
+    if text.startswith("sb3:"):
+        from gigpo_gym.wrappers.sb3 import SB3Policy
+
+        path = Path(text[4:])
+        if not path.is_file():
+            raise LeaderboardError(f"SB3 model {str(path)!r} does not exist (train one with benchmarks/train_sb3.py)")
+        policy = SB3Policy.load(path, device="cpu")
+        return LoadedPolicy(policy, text, "sb3", name or f"SB3 {policy.algo_name} {policy.settings.get('timesteps', 0) // 1000}k steps (hashed text)",
+                            True, neutral, details=policy.describe())
+    temp = 0.0 if temperature is None else float(temperature)
+    if text == "smollm2":
+        from gigpo_gym.algos.hf import HFPolicy
+        from gigpo_gym.algos.smollm import smollm2_path
+
+        prefix = "<action>" if _command_env(env_id) else ""
+        policy = HFPolicy.from_pretrained(smollm2_path(), device=device, response_prefix=prefix, max_prompt_tokens=1024)
+        return LoadedPolicy(policy, text, "smollm2", name or "SmolLM2-135M-Instruct zero-shot", temp == 0.0,
+                            _llm_sampling(env_id, temp, max_new_tokens, seed), details={"response_prefix": prefix})
+    path = Path(text).expanduser()
+    if path.exists():
+        checkpoint = _find_checkpoint(path)
+        if checkpoint is not None:
+            return _load_checkpoint(checkpoint, text, env_id, device, seed, temperature, max_new_tokens, name)
+        return _load_hf_folder(path, text, env_id, device, seed, temp, max_new_tokens, name)
+    looks_like_path = text.startswith((".", "/", "~")) or text.count("/") != 1
+    if looks_like_path:
+        close = difflib.get_close_matches(text, NAMED, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise LeaderboardError(
+            f"policy {text!r}: no such checkpoint or model folder, and not one of {list(NAMED)}, 'sb3:PATH' or a hub id "
+            f"(org/name).{hint}"
+        )
+    return _load_hub(text, env_id, device, seed, temp, max_new_tokens, name)
+
+
+def _find_checkpoint(path: Path) -> tuple[Path, Path] | None:
+    """(checkpoint folder, run folder) when ``path`` is a trainer run, its checkpoints or one checkpoint."""
+    from gigpo_gym.algos import checkpoint as ckpt
+
+    if (path / ckpt.MANIFEST_FILE).is_file() or (path / ckpt.POLICY_FILE).is_file():
+        return path, path.parent.parent
+    if (path / ckpt.LATEST_FILE).is_file():
+        return ckpt.latest_checkpoint(path), path.parent
+    if (path / "checkpoints").is_dir():
+        if not (path / "checkpoints" / ckpt.LATEST_FILE).is_file():
+            raise LeaderboardError(f"run folder {path} has no complete checkpoint ({path / 'checkpoints' / 'latest'} is missing)")
+        return ckpt.latest_checkpoint(path / "checkpoints"), path
+    return None
+
+
+def _load_checkpoint(found, text, env_id, device, seed, temperature, max_new_tokens, name) -> LoadedPolicy:
+    from gigpo_gym.algos import checkpoint as ckpt
+    from gigpo_gym.algos.config import ConfigError, load_config
+    from gigpo_gym.algos.trainer import build_policy
+
+    folder, run_dir = found
+    config_file = run_dir / "config.yaml"
+    if not config_file.is_file():
+        raise LeaderboardError(f"checkpoint {folder}: the run's {config_file} is missing, so the model cannot be rebuilt")
+    try:
+        cfg = load_config(config_file, [f"model.device={device}"])
+        policy = build_policy(cfg)
+        state = ckpt.load_checkpoint(folder, policy)
+    except (ConfigError, ckpt.CheckpointError) as e:
+        raise LeaderboardError(f"checkpoint {folder}: {e}") from e
+    s = cfg.sampling
+    temp = s.eval_temperature if temperature is None else float(temperature)
+    sampling = SamplingParams(max_new_tokens=max_new_tokens or s.max_new_tokens, temperature=temp, stop=tuple(s.stop),
+                              seed=seed)
+    prompt = {"history_length": cfg.env.history_length, "intro": cfg.env.prompt_intro,
+              "action_format": cfg.env.action_format, "anchor_mode": cfg.env.anchor_mode}
+    details = {"checkpoint": str(folder), "iteration": int(state.get("iteration", 0)), "algo": cfg.algo.name,
+               "model": cfg.model.name, "trained_on": cfg.env.id, "config_digest": state.get("config_digest")}
+    if cfg.env.id != env_id:
+        details["warning"] = f"trained on {cfg.env.id}, evaluated on {env_id}"
+    label = name or f"{cfg.model.name} + {cfg.algo.name} ({run_dir.name}, iter {details['iteration']})"
+    return LoadedPolicy(policy, text, "checkpoint", label, temp == 0.0, sampling, prompt, details)
+
+
+def _load_hf_folder(path: Path, text, env_id, device, seed, temp, max_new_tokens, name) -> LoadedPolicy:
+    from gigpo_gym.algos.hf import HFPolicy
+
+    if (path / "policy.json").is_file():
+        policy = HFPolicy.load(path, device=device)
+    elif (path / "config.json").is_file():
+        prefix = "<action>" if _command_env(env_id) else ""
+        policy = HFPolicy.from_pretrained(path, device=device, response_prefix=prefix)
+    else:
+        raise LeaderboardError(
+            f"policy folder {path} is neither a trainer checkpoint (manifest.json / checkpoints/latest), a saved "
+            "policy (policy.json) nor a Hugging Face model folder (config.json)"
+        )
+    return LoadedPolicy(policy, text, "hf", name or f"{path.name} zero-shot", temp == 0.0,
+                        _llm_sampling(env_id, temp, max_new_tokens, seed), details={"path": str(path)})
+
+
+def _load_hub(repo_id: str, env_id, device, seed, temp, max_new_tokens, name) -> LoadedPolicy:
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+    except ImportError as e:  # pragma: no cover - comes with transformers
+        from gigpo_gym.registration import missing_extra_error
+
+        raise missing_extra_error("train", "Hugging Face hub models") from e
+    try:
+        local = Path(snapshot_download(repo_id, local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError) as e:
+        raise LeaderboardError(
+            f"policy {repo_id!r}: no such local folder or checkpoint, and as a hub id it is not in the local "
+            f"Hugging Face cache (nothing is downloaded at run time; fetch it beforehand with "
+            f"`huggingface-cli download {repo_id}`, or pass a local folder)"
+        ) from e
+    loaded = _load_hf_folder(local, repo_id, env_id, device, seed, temp, max_new_tokens, name or f"{repo_id} zero-shot")
+    return replace(loaded, details={"hub_id": repo_id, "path": str(local)})

@@ -1,0 +1,252 @@
+"""Leaderboard protocol: specs, runs, reproducibility, crashes, schema, rendering, CLI errors."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from gigpo_gym.algos.leaderboard import (
+    LeaderboardError,
+    check_spec,
+    load_result,
+    load_spec,
+    result_filename,
+    run_spec,
+    validate_result,
+    write_result,
+)
+from gigpo_gym.algos.leaderboard_policies import LoadedPolicy, resolve_policy
+from gigpo_gym.algos.leaderboard_render import PAPER_MARK, render
+from gigpo_gym.algos.policy import Generation, SamplingParams
+
+SPEC_NAMES = ("alfworld-valid_seen", "alfworld-valid_unseen", "webshop-test", "searchqa-test")
+
+
+def _run(name: str, policy: str, episodes: int = 2) -> dict:
+    spec = load_spec(name)
+    return run_spec(spec, resolve_policy(policy, spec.env_id), episodes=episodes, progress=False)
+
+
+@pytest.fixture(scope="module")
+def small_results() -> dict[tuple[str, str], dict]:
+    return {(n, p): _run(n, p) for n in SPEC_NAMES for p in ("random", "expert")}
+
+
+# -- specs ------------------------------------------------------------------------------
+def test_committed_specs_load_and_name_their_env():
+    for name in SPEC_NAMES:
+        spec = load_spec(name)
+        assert spec.name == name and spec.env_id.endswith(spec.env_version)
+        assert spec.spec_version == 1 and spec.episodes >= 1 and spec.seeds
+
+
+def test_unknown_spec_name_suggests_the_closest():
+    with pytest.raises(LeaderboardError, match=r"unknown leaderboard spec 'webshop-tset'.*Did you mean 'webshop-test'"):
+        load_spec("webshop-tset")
+
+
+def test_spec_with_unknown_env_id_names_the_file_and_the_close_id(tmp_path: Path):
+    data = json.loads(Path(load_spec("alfworld-valid_seen").path).read_text())
+    data["env_id"] = "gigpo_gym/ALFWorld-v1"
+    data["env_version"] = "v1"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(LeaderboardError, match=r"bad\.json: unknown env id 'gigpo_gym/ALFWorld-v1'.*Did you mean 'gigpo_gym/ALFWorld-v0'"):
+        load_spec(path)
+
+
+def test_spec_key_errors_are_named():
+    data = dict(load_spec("webshop-test").data)
+    with pytest.raises(LeaderboardError, match=r"unknown spec key 'episode' \(did you mean 'episodes'\?\)"):
+        check_spec({**data, "episode": 3}, "x.json")
+    with pytest.raises(LeaderboardError, match=r"x\.json: spec key 'episodes' must be an integer, got '3'"):
+        check_spec({**data, "episodes": "3"}, "x.json")
+    with pytest.raises(LeaderboardError, match=r"env_version 'v9' does not match env_id"):
+        check_spec({**data, "env_version": "v9"}, "x.json")
+
+
+# -- runs -------------------------------------------------------------------------------
+def test_small_runs_write_schema_valid_results(small_results, tmp_path: Path):
+    for (name, policy), result in small_results.items():
+        validate_result(result)
+        assert result["counts"] == {"episodes": 2, "terminated": result["counts"]["terminated"],
+                                    "truncated": result["counts"]["truncated"], "crashed": 0}
+        assert len(result["episodes"]) == 2 and result["seeds"] == [0]
+        path = write_result(result, tmp_path / result_filename(result))
+        assert load_result(path)["config_hash"] == result["config_hash"]
+    expert_ws = small_results[("webshop-test", "expert")]
+    assert expert_ws["metrics"]["success"]["mean"] == 1.0 and expert_ws["metrics"]["score"]["mean"] == 1.0
+    assert set(small_results[("searchqa-test", "expert")]["metrics"]) >= {"em", "f1", "success"}
+    alf = small_results[("alfworld-valid_seen", "expert")]
+    assert sum(s["n"] for s in alf["per_task_type"].values()) == 2
+
+
+def test_same_spec_and_deterministic_policy_give_identical_numbers(small_results):
+    for name in ("alfworld-valid_seen", "webshop-test"):
+        again = _run(name, "random")
+        first = small_results[(name, "random")]
+        assert again["episodes"] == first["episodes"]
+        assert again["metrics"] == first["metrics"] and again["config_hash"] == first["config_hash"]
+
+
+def test_random_search_fills_the_webshop_query_with_the_instruction():
+    result = _run("webshop-test", "random-search", episodes=6)
+    validate_result(result)
+    assert result["policy"]["name"] == "random admissible, instruction search"
+    plain = _run("webshop-test", "random", episodes=6)
+    assert [e["task_id"] for e in plain["episodes"]] == [e["task_id"] for e in result["episodes"]]
+    assert plain["metrics"]["score"]["mean"] == 0.0  # the literal search[<query>] finds nothing
+    assert result["metrics"]["score"]["mean"] > 0.0  # searching the instruction reaches products
+
+
+def test_fewer_episodes_play_the_first_tasks_of_the_spec():
+    three = _run("alfworld-valid_unseen", "expert", episodes=3)
+    two = _run("alfworld-valid_unseen", "expert", episodes=2)
+    assert [e["task_id"] for e in three["episodes"][:2]] == [e["task_id"] for e in two["episodes"]]
+
+
+class _RaiseOnTaskPolicy:
+    needs_context = ("expert_action",)
+
+    def __init__(self, bad_task: str):
+        self.bad_task = bad_task
+
+    def generate(self, prompts, sampling, contexts):
+        out = []
+        for prompt, ctx in zip(prompts, contexts):
+            if ctx["task"] == self.bad_task:
+                raise RuntimeError("model fell over")
+            out.append(Generation(f"<action>{ctx['expert_action']}</action>", [], [], []))
+        return out
+
+
+def test_a_crashing_policy_episode_is_recorded_not_dropped():
+    spec = load_spec("webshop-test")
+    probe = _run("webshop-test", "expert", episodes=3)
+    import gymnasium as gym
+
+    env = gym.make(spec.env_id, **spec.env_kwargs)
+    bad_task, _ = env.reset(seed=probe["episodes"][1]["reset_seed"])
+    policy = _RaiseOnTaskPolicy(bad_task)
+    loaded = LoadedPolicy(policy, "test", "expert", "crashy", True, SamplingParams(max_new_tokens=1, temperature=0.0))
+    result = run_spec(spec, loaded, episodes=3, progress=False)
+    validate_result(result)
+    crashed = [e for e in result["episodes"] if e["status"] == "crashed"]
+    assert result["counts"]["crashed"] == len(crashed) >= 1 and result["counts"]["episodes"] == 3
+    assert all("model fell over" in e["error"] and not e["won"] for e in crashed)
+    assert result["metrics"]["success"]["mean"] == pytest.approx((3 - len(crashed)) / 3)
+
+
+def test_an_env_that_raises_ends_its_episode_as_crashed(monkeypatch):
+    from gigpo_gym.envs.alfworld.env import ALFWorldEnv
+
+    original = ALFWorldEnv._step
+
+    def broken(self, action):
+        if self.engine.world.task_type == "heat":
+            raise KeyError("engine bug")
+        return original(self, action)
+
+    monkeypatch.setattr(ALFWorldEnv, "_step", broken)
+    result = _run("alfworld-valid_seen", "expert", episodes=4)
+    validate_result(result)
+    statuses = {e["task_type"]: e["status"] for e in result["episodes"]}
+    assert statuses.get("heat") == "crashed"
+    heat = [e for e in result["episodes"] if e["task_type"] == "heat"]
+    assert all("step: KeyError" in e["error"] for e in heat)
+    assert all(e["status"] == "terminated" for e in result["episodes"] if e["task_type"] != "heat")
+
+
+# -- schema -------------------------------------------------------------------------------
+def test_a_result_that_breaks_the_schema_is_rejected_with_its_field(small_results, tmp_path: Path):
+    bad = copy.deepcopy(small_results[("webshop-test", "expert")])
+    bad["metrics"]["success"]["stderr"] = -1.0
+    with pytest.raises(LeaderboardError, match=r"does not follow the result schema at metrics/success/stderr"):
+        validate_result(bad)
+    missing = copy.deepcopy(small_results[("webshop-test", "expert")])
+    del missing["config_hash"]
+    path = tmp_path / "webshop-test__broken.json"
+    path.write_text(json.dumps(missing))
+    with pytest.raises(LeaderboardError, match=r"webshop-test__broken\.json: .*'config_hash' is a required property"):
+        load_result(path)
+
+
+# -- render -------------------------------------------------------------------------------
+def test_render_merges_results_and_marks_the_paper_rows(small_results, tmp_path: Path):
+    for result in small_results.values():
+        write_result(result, tmp_path / result_filename(result))
+    table, chart = render(tmp_path)
+    text = table.read_text()
+    for name in SPEC_NAMES:
+        assert f"Spec `{name}` v1" in text
+    assert "| expert (upper bound) | 100.0 ± 0.0 |" in text
+    assert f"| Qwen2.5-1.5B GiGPO w/ std | {PAPER_MARK} | 86.7 |" in text
+    assert chart is not None and chart.stat().st_size > 1000
+
+
+def test_render_refuses_a_broken_result_file(small_results, tmp_path: Path):
+    result = small_results[("alfworld-valid_seen", "random")]
+    write_result(result, tmp_path / result_filename(result))
+    (tmp_path / "alfworld-valid_seen__bad.json").write_text('{"result_version": 1}')
+    with pytest.raises(LeaderboardError, match=r"alfworld-valid_seen__bad\.json: does not follow the result schema"):
+        render(tmp_path)
+
+
+# -- policies and the command line ---------------------------------------------------------
+def test_policy_spec_errors_are_clear(tmp_path: Path):
+    with pytest.raises(LeaderboardError, match=r"policy 'expret'.*Did you mean 'expert'"):
+        resolve_policy("expret", "gigpo_gym/ALFWorld-v0")
+    with pytest.raises(LeaderboardError, match=r"not in the local Hugging Face cache"):
+        resolve_policy("no-such-org/no-such-model-xyz", "gigpo_gym/ALFWorld-v0")
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(LeaderboardError, match=r"has no complete checkpoint"):
+        resolve_policy(str(tmp_path / "run"), "gigpo_gym/ALFWorld-v0")
+    ckpt = tmp_path / "run2" / "checkpoints" / "iter-000001"
+    ckpt.mkdir(parents=True)
+    (ckpt / "manifest.json").write_text("{}")
+    with pytest.raises(LeaderboardError, match=r"config\.yaml is missing"):
+        resolve_policy(str(ckpt), "gigpo_gym/ALFWorld-v0")
+
+
+def test_cli_runs_and_renders(tmp_path: Path, capsys):
+    from gigpo_gym.algos.leaderboard_cli import main
+
+    assert main(["leaderboard", "--policy", "expert", "--envs", "searchqa-test", "--episodes", "2",
+                 "--results-dir", str(tmp_path), "--no-progress"]) == 0
+    assert (tmp_path / "searchqa-test__expert__upper_bound.json").is_file()
+    assert main(["leaderboard", "render", "--results-dir", str(tmp_path)]) == 0
+    assert (tmp_path / "LEADERBOARD.md").is_file()
+    assert main(["leaderboard", "--policy", "expert", "--envs", "alfworld", "--results-dir", str(tmp_path)]) == 2
+    assert "Did you mean 'alfworld-valid_seen' or 'alfworld-valid_unseen'" in capsys.readouterr().err
+
+
+# -- speed report ---------------------------------------------------------------------------
+def test_speed_report_lists_ratios_and_says_why_a_benchmark_did_not_run(tmp_path: Path, monkeypatch):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "speed_report.py"
+    spec = importlib.util.spec_from_file_location("speed_report", path)
+    speed = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "speed_report", speed)  # dataclasses look their module up
+    spec.loader.exec_module(speed)
+    by_key = {b.key: b for b in speed.BENCHES}
+    missing = speed.Bench("alfworld_reference", "no_such_bench.py", "ALFWorld: native vs TextWorld", ())
+    grouped_out = "sync          6,593     0.10\nasync        17,325     0.50\nasync / sync = 2.63\n"
+    results = [
+        (missing, speed.run_bench(missing, full=False, timeout=10)),
+        (by_key["grouped"], {"status": "ok", "seconds": 1.0, "command": "python benchmarks/bench_grouped.py",
+                             "output": grouped_out, "ratios": by_key["grouped"].ratios(grouped_out)}),
+    ]
+    out = tmp_path / "SPEED.md"
+    speed.write_report(results, out, full=False)
+    text = out.read_text()
+    assert "| ALFWorld: native vs TextWorld | not run: no_such_bench.py does not exist in this checkout |" in text
+    assert "| async vs sync grouped stepping, ALFWorld, 8x8 envs, 2 workers | 2.63x (17,325 vs 6,593 env steps/s) |" in text
+    adv = "     rows  groups step groups   build s    grpo s   gigpo s gigpo/grpo with build\n" \
+          "    10468      49        5211    0.0134    0.0002    0.0016       8.43       1.10\n"
+    assert by_key["advantages"].ratios(adv) == [
+        ("GiGPO / GRPO advantage time, 10,468 rows", "8.43x (with batch build 1.10x); GRPO 0.0002 s, GiGPO 0.0016 s")]
