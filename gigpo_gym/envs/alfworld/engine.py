@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from array import array
 from bisect import insort
-from typing import Any
 
 from gigpo_gym.core.anchor import digest
 from gigpo_gym.envs.alfworld.catalog import KNIVES
