@@ -38,11 +38,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gigpo_gym.core.data import resolve_data_dir
 from gigpo_gym.core.env import TextEnv
 from gigpo_gym.envs.alfworld.engine import Engine
 from gigpo_gym.envs.alfworld.expert import expert_action
-from gigpo_gym.envs.alfworld.tasks import GameFileTasks, GeneratedTasks, normalize_task_types
+from gigpo_gym.envs.alfworld.tasks import GameFileTasks, GeneratedTasks, open_tasks
 
 
 class ALFWorldEnv(TextEnv):
@@ -59,15 +58,7 @@ class ALFWorldEnv(TextEnv):
         render_mode: str | None = None,
     ):
         super().__init__(render_mode=render_mode)
-        if num_tasks is not None and (not isinstance(num_tasks, int) or num_tasks < 1):
-            raise ValueError(f"num_tasks must be a positive int or None, got {num_tasks!r}")
-        types = normalize_task_types(task_types)
-        root = resolve_data_dir(data_dir, "ALFWORLD_DATA")
-        self.tasks: GeneratedTasks | GameFileTasks
-        if root is None:
-            self.tasks = GeneratedTasks(split, int(seed), types, num_tasks)
-        else:
-            self.tasks = GameFileTasks(root, split, types, num_tasks)
+        self.tasks: GeneratedTasks | GameFileTasks = open_tasks(split, data_dir, task_types, seed, num_tasks)
         self.split = self.tasks.split
         self.engine: Engine | None = None
 

@@ -17,6 +17,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from gigpo_gym.core.data import resolve_data_dir
 from gigpo_gym.envs.alfworld import catalog
 from gigpo_gym.envs.alfworld.generator import SPLIT_SIZES, canonical_split, generate_task
 from gigpo_gym.envs.alfworld.pddl import load_game_file
@@ -142,3 +143,15 @@ class GameFileTasks:
         close = difflib.get_close_matches(task_id, list(self._ids), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise KeyError(f"unknown task_id {task_id!r} in split {self.split!r}.{hint}")
+
+
+def open_tasks(split: str, data_dir: str | None, task_types: object, seed: int, num_tasks: int | None) -> GeneratedTasks | GameFileTasks:
+    """The task list both ALFWorld backends play: game files from ``data_dir`` /
+    ``$ALFWORLD_DATA`` when given, else generated households."""
+    if num_tasks is not None and (not isinstance(num_tasks, int) or num_tasks < 1):
+        raise ValueError(f"num_tasks must be a positive int or None, got {num_tasks!r}")
+    types = normalize_task_types(task_types)
+    root = resolve_data_dir(data_dir, "ALFWORLD_DATA")
+    if root is None:
+        return GeneratedTasks(split, int(seed), types, num_tasks)
+    return GameFileTasks(root, split, types, num_tasks)

@@ -37,11 +37,11 @@ from array import array
 from typing import Any
 
 from gigpo_gym.core.anchor import digest
-from gigpo_gym.core.data import cache_dir, resolve_data_dir
+from gigpo_gym.core.data import cache_dir
 from gigpo_gym.core.env import TextEnv
 from gigpo_gym.envs.alfworld.engine import State
 from gigpo_gym.envs.alfworld.gamefile_writer import import_alfworld
-from gigpo_gym.envs.alfworld.tasks import GameFileTasks, GeneratedTasks, normalize_task_types
+from gigpo_gym.envs.alfworld.tasks import GameFileTasks, GeneratedTasks, open_tasks
 from gigpo_gym.envs.alfworld.world import FLAG_PREDICATES, World
 
 WHAT = "gigpo_gym/ALFWorld-TextWorld-v0 (the reference TextWorld engine)"
@@ -135,15 +135,7 @@ class ALFWorldTextWorldEnv(TextEnv):
         super().__init__(render_mode=render_mode)
         self._textworld, demangler, infos = reference_engine()
         self._wrappers = [demangler(shuffle=False), infos]
-        if num_tasks is not None and (not isinstance(num_tasks, int) or num_tasks < 1):
-            raise ValueError(f"num_tasks must be a positive int or None, got {num_tasks!r}")
-        types = normalize_task_types(task_types)
-        root = resolve_data_dir(data_dir, "ALFWORLD_DATA")
-        self.tasks: GeneratedTasks | GameFileTasks
-        if root is None:
-            self.tasks = GeneratedTasks(split, int(seed), types, num_tasks)
-        else:
-            self.tasks = GameFileTasks(root, split, types, num_tasks)
+        self.tasks: GeneratedTasks | GameFileTasks = open_tasks(split, data_dir, task_types, seed, num_tasks)
         self.split = self.tasks.split
         self._tw: Any = None  # the wrapped PddlEnv, kept across resets (one fast-downward copy)
         self._loaded: str | None = None
