@@ -227,12 +227,14 @@ def test_native_engine_matches_textworld_step_by_step(tmp_path, request):
         f"{total['planner_won']} by the planner's policy_commands in {total['planner_runs']} runs, "
         f"{len(total['over_budget'])} finished by the native expert: planner over {PLANNER_BUDGET:g} s)"
     )
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("")
-        reporter.write_line(report)
-        if total["over_budget"]:
-            reporter.write_line("planner over budget on: " + ", ".join(total["over_budget"]))
+    plugins = request.config.pluginmanager
+    reporter, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():  # past pytest's output capture, with or without -s
+            reporter.write_line("")
+            reporter.write_line(report)
+            if total["over_budget"]:
+                reporter.write_line("planner over budget on: " + ", ".join(total["over_budget"]))
     generated = sum(PER_TYPE.values()) * len(TASK_TYPES)
     examples = "\nfirst differences: " + json.dumps(total["examples"], indent=1)
     assert total["episodes"] >= generated + 2 and set(total["task_types"]) == set(TASK_TYPES), report
