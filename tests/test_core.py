@@ -82,3 +82,14 @@ def test_unknown_env_id_suggests_the_closest(capsys):
 
     with pytest.raises(gym.error.UnregisteredEnv, match="Did you mean 'gigpo_gym/SearchQA-v0'"):
         env_spec("gigpo_gym/SearchQa-v0")
+
+
+def test_servers_warn_before_binding_beyond_loopback(capsys):
+    from gigpo_gym.core.net import warn_if_public
+
+    warn_if_public("127.0.0.1", "shop")
+    assert capsys.readouterr().err == ""
+    warn_if_public("0.0.0.0", "shop")
+    assert "binding 0.0.0.0 exposes the shop beyond this machine" in capsys.readouterr().err
+    warn_if_public("example.internal", "retriever")
+    assert "use 127.0.0.1 to keep the retriever private" in capsys.readouterr().err

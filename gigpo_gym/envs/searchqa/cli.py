@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import sys
 
 from gigpo_gym.core.data import resolve_data_dir
+from gigpo_gym.core.net import warn_if_public
 from gigpo_gym.envs.searchqa.dataset import locate_corpus
 from gigpo_gym.envs.searchqa.factory import LOCAL_RETRIEVERS, open_retriever
 from gigpo_gym.envs.searchqa.retrieval import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUERIES, DEFAULT_MAX_SERVER_TOPK
@@ -43,11 +43,7 @@ def run_serve_retriever(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    try:
-        if not ipaddress.ip_address(args.host).is_loopback:
-            print(f"warning: binding {args.host} exposes the retriever beyond this machine", file=sys.stderr)
-    except ValueError:  # a host name
-        print(f"warning: binding {args.host!r}; use 127.0.0.1 to keep the retriever private", file=sys.stderr)
+    warn_if_public(args.host, "retriever")
     retriever = open_retriever(args.retriever, source)
     print(f"serving {source.corpus_path} ({args.retriever}) on http://{args.host}:{args.port}/retrieve", file=sys.stderr)
     serve(

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import sys
 
+from gigpo_gym.core.net import warn_if_public
 from gigpo_gym.envs.webshop.env import DATA_ENV
 
 
@@ -47,11 +47,7 @@ def run_serve_webshop(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    try:
-        if not ipaddress.ip_address(args.host).is_loopback:
-            print(f"warning: binding {args.host} exposes the shop beyond this machine", file=sys.stderr)
-    except ValueError:  # a host name
-        print(f"warning: binding {args.host!r}; use 127.0.0.1 to keep the shop private", file=sys.stderr)
+    warn_if_public(args.host, "shop")
     print(f"WebShop ({shop.source}, {len(shop.products)} products, {len(shop.goals)} goals) "
           f"on http://{args.host}:{args.port}/", file=sys.stderr)  # fmt: skip
     serve(shop, host=args.host, port=args.port, max_sessions=args.max_sessions, max_body_bytes=args.max_body_bytes)
