@@ -52,6 +52,8 @@ class ModelConfig:
     """Prompts are cut to their last this-many tokens."""
     response_prefix: str = ""
     """Text the answer starts with, given as part of the prompt (e.g. '<action>' keeps small models on format)."""
+    choose_admissible: bool = False
+    """Answer with one of the admissible actions, drawn from the model's likelihoods of each (constrained decoding)."""
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     """Shape of the tiny model (name='tiny' only)."""
 
@@ -146,6 +148,8 @@ class SFTConfig:
     """Warm-start learning rate."""
     batch_size: int = 16
     """Demonstration steps per warm-start update."""
+    expert_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Passed to the env's ``expert_action`` (ALFWorld: {style: search} imitates a searcher)."""
 
 
 @dataclass

@@ -49,6 +49,7 @@ class HFPolicy(nn.Module):
         critic: bool = False,
         sampling_seed: int = 0,
         response_prefix: str = "",
+        choose_admissible: bool = False,
     ):
         super().__init__()
         self.model = model
@@ -62,6 +63,7 @@ class HFPolicy(nn.Module):
         self.system_prompt = system_prompt
         self.max_prompt_tokens = int(max_prompt_tokens)
         self.response_prefix = response_prefix
+        self.choose_admissible = bool(choose_admissible)
         hidden = self._base_config().hidden_size
         self.value_head = nn.Linear(hidden, 1) if critic else None
         if self.value_head is not None:
@@ -122,6 +124,7 @@ class HFPolicy(nn.Module):
             max_prompt_tokens=meta["max_prompt_tokens"],
             critic=meta["critic"],
             response_prefix=meta.get("response_prefix", ""),
+            choose_admissible=meta.get("choose_admissible", False),
         )
         if policy.value_head is not None:
             from safetensors.torch import load_model
@@ -145,6 +148,7 @@ class HFPolicy(nn.Module):
             "max_prompt_tokens": self.max_prompt_tokens,
             "critic": self.value_head is not None,
             "response_prefix": self.response_prefix,
+            "choose_admissible": self.choose_admissible,
             "dtype": next(k for k, v in _DTYPES.items() if v == next(self.model.parameters()).dtype),
             "base_model": self._base_config().name_or_path,
         }
@@ -168,17 +172,80 @@ class HFPolicy(nn.Module):
         return list(ids[-self.max_prompt_tokens :])
 
     # -- generation ------------------------------------------------------------------
+    @property
+    def needs_context(self) -> tuple[str, ...]:
+        """What the rollout must pass to ``generate`` (the admissible actions, to choose among)."""
+        return ("admissible_actions",) if self.choose_admissible else ()
+
     @torch.no_grad()
-    def generate(self, prompts: Sequence[str], sampling: SamplingParams) -> list[Generation]:
-        """Sample one response per prompt: left-padded batch, KV cache, per-row stop."""
+    def generate(
+        self, prompts: Sequence[str], sampling: SamplingParams, contexts: Sequence[dict[str, Any]] | None = None
+    ) -> list[Generation]:
+        """Sample one response per prompt: left-padded batch, KV cache, per-row stop.
+
+        With ``choose_admissible`` the response is instead one of the row's admissible
+        actions (``contexts[i]["admissible_actions"]``), drawn from the model's own
+        likelihoods of the candidate answers (see ``_choose``).
+        """
         if not prompts:
             return []
         was_training = self.training
         self.eval()
         try:
-            return self._generate([self.encode_prompt(p) for p in prompts], sampling)
+            prompt_ids = [self.encode_prompt(p) for p in prompts]
+            if self.choose_admissible:
+                if contexts is None or len(contexts) != len(prompts):
+                    raise ValueError("choose_admissible needs one context with admissible_actions per prompt")
+                return self._choose(prompt_ids, [list(c.get("admissible_actions") or []) for c in contexts], sampling)
+            return self._generate(prompt_ids, sampling)
         finally:
             self.train(was_training)
+
+    def _choose(self, prompt_ids: list[list[int]], options: list[list[str]], sampling: SamplingParams,
+                chunk: int = 256) -> list[Generation]:
+        """Pick one admissible action per row: softmax over the candidates' summed log-probs.
+
+        Each candidate is scored as the full answer ``<action>cmd</action>`` + eos, so the
+        choice is what the model would most likely have written among valid answers
+        (constrained decoding over a closed set).  The Generation carries the model's
+        token log-probs of the chosen answer, which is what ``log_probs`` recomputes in
+        the update; raising them raises the answer's share among the candidates.
+        """
+        gen = self._generator
+        if sampling.seed is not None:
+            gen = torch.Generator(device=self.device).manual_seed(int(sampling.seed))
+        eos = self.tokenizer.eos_token_id
+        prefix = self.response_prefix
+        encoded: dict[str, list[int]] = {}
+        rows, answers = [], []
+        for i, cmds in enumerate(options):
+            for cmd in cmds or [""]:
+                if cmd not in encoded:
+                    answer = f"<action>{cmd}</action>"[len(prefix):] if prefix else f"<action>{cmd}</action>"
+                    encoded[cmd] = list(self.tokenizer(answer, add_special_tokens=False)["input_ids"]) + [eos]
+                rows.append(i)
+                answers.append(cmd)
+        token_logps: list[list[float]] = []
+        for start in range(0, len(rows), chunk):
+            index = range(start, min(start + chunk, len(rows)))
+            scores = self.log_probs(TokenBatch([prompt_ids[rows[k]] for k in index], [encoded[answers[k]] for k in index]))
+            lp, mask = scores.log_probs.float().cpu(), scores.mask.cpu()
+            token_logps += [lp[j, : int(mask[j].sum())].tolist() for j in range(len(index))]
+        out = []
+        k = 0
+        for i, cmds in enumerate(options):
+            n = max(len(cmds), 1)
+            totals = torch.tensor([sum(token_logps[k + j]) for j in range(n)], dtype=torch.float64)
+            if sampling.temperature == 0:
+                pick = int(totals.argmax())
+            else:
+                probs = torch.softmax(totals / sampling.temperature, dim=0).to(self.device)
+                pick = int(torch.multinomial(probs.float(), 1, generator=gen))
+            cmd = answers[k + pick]
+            out.append(Generation(f"<action>{cmd}</action>", list(prompt_ids[i]), list(encoded[cmd]),
+                                  list(token_logps[k + pick]), True))
+            k += n
+        return out
 
     def _generate(self, prompt_ids: list[list[int]], sampling: SamplingParams) -> list[Generation]:
         tf = _transformers()

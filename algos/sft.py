@@ -25,8 +25,12 @@ def expert_demonstrations(
     seed: int = 0,
     env_kwargs: dict[str, Any] | None = None,
     wrapper: Callable[[gym.Env], gym.Env] | None = None,
+    expert_kwargs: dict[str, Any] | None = None,
 ) -> list[tuple[str, str]]:
-    """(prompt, response) pairs of the expert's steps on ``episodes`` tasks (won episodes only)."""
+    """(prompt, response) pairs of the expert's steps on ``episodes`` tasks (won episodes only).
+
+    ``expert_kwargs`` go to the env's ``expert_action`` (e.g. ALFWorld's ``style``).
+    """
     import gigpo_gym  # noqa: F401  (registers the suite)
 
     env = gym.make(env_id, **dict(env_kwargs or {}))
@@ -42,7 +46,7 @@ def expert_demonstrations(
             steps: list[tuple[str, str]] = []
             done, won = False, False
             while not done:
-                response = f"<action>{expert()}</action>"
+                response = f"<action>{expert(**dict(expert_kwargs or {}))}</action>"
                 steps.append((prompt, response))
                 prompt, _, terminated, truncated, info = env.step(response)
                 done, won = terminated or truncated, bool(info.get("won"))

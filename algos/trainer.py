@@ -38,6 +38,7 @@ def build_policy(cfg: TrainConfig):
     kwargs = dict(
         device=m.device, dtype=m.dtype, lora=m.lora, use_chat_template=m.use_chat_template,
         system_prompt=m.system_prompt, max_prompt_tokens=m.max_prompt_tokens, response_prefix=m.response_prefix,
+        choose_admissible=m.choose_admissible,
         critic=_algorithm(cfg).needs_critic, sampling_seed=cfg.seed,
     )
     if m.name == "tiny":
@@ -46,7 +47,7 @@ def build_policy(cfg: TrainConfig):
 
         demos = expert_demonstrations(
             cfg.env.id, m.tiny.corpus_episodes, seed=derive_seed(cfg.seed, 7), env_kwargs=cfg.env.kwargs,
-            wrapper=_wrapper(cfg),
+            wrapper=_wrapper(cfg), expert_kwargs=cfg.sft.expert_kwargs,
         )
         corpus = [text for pair in demos for text in pair]
         spec = TinySpec(m.tiny.vocab_size, m.tiny.hidden_size, m.tiny.intermediate_size, m.tiny.num_layers, seed=cfg.seed)
@@ -373,7 +374,7 @@ def _warm_start(trainer: Trainer, echo) -> list[float]:
 
     cfg = trainer.cfg
     demos = expert_demonstrations(cfg.env.id, cfg.sft.episodes, seed=derive_seed(cfg.seed, 5),
-                                  env_kwargs=cfg.env.kwargs, wrapper=_wrapper(cfg))
+                                  env_kwargs=cfg.env.kwargs, wrapper=_wrapper(cfg), expert_kwargs=cfg.sft.expert_kwargs)
     bar = tqdm(total=cfg.sft.steps, desc="SFT warm start", disable=not cfg.progress)
 
     def on_step(step: int, loss: float) -> None:

@@ -13,6 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gigpo_gym.algos import StepBatch, get_algorithm
+from gigpo_gym.algos.batch import hex_digest_codes
+from gigpo_gym.algos.estimators import reverse_scan, trajectories
+from gigpo_gym.algos.estimators.kernels import factorize_uint64
+from gigpo_gym.core.anchor import digest
 
 EPS = 1e-6
 
@@ -348,3 +352,116 @@ def test_empty_batch_gives_empty_advantages():
     for name in ("grpo", "gigpo", "rloo", "reinforce_pp", "dapo"):
         out = get_algorithm(name).advantages(batch)
         assert out.shape == (0,) and out.dtype == np.float64
+
+
+# -- integer anchors: the fast grouping path gives the string path's results exactly --------
+
+GIGPO_CONFIGS = [{}, {"gamma": 1.0, "norm_by_std": False}, {"gamma": 0.0}, {"omega": 0.3, "episode_stats": "step"}]
+
+
+def with_anchors(batch, anchors):
+    fields = {"group_ids": batch.group_ids, "traj_ids": batch.traj_ids, "step_ids": batch.step_ids, "rewards": batch.rewards}
+    return StepBatch(**fields, anchors=anchors, anchor_texts=batch.anchor_texts)
+
+
+def assert_same_gigpo(expected, batch):
+    for cfg in GIGPO_CONFIGS:
+        algo = get_algorithm("gigpo", **cfg)
+        np.testing.assert_array_equal(algo.advantages(batch), algo.advantages(expected), err_msg=str(cfg))
+    assert algo.diagnostics(batch) == algo.diagnostics(expected)
+
+
+def recoded(batch, codes_by_name):
+    """The batch with every anchor replaced by its code (a uint64 array, or str digests)."""
+    return with_anchors(batch, np.asarray([codes_by_name[a] for a in batch.anchors.tolist()]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=random_rows(), scoped=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_integer_and_digest_anchors_give_exactly_the_string_results(rows, scoped, seed):
+    # Unscoped anchors ("s0" in several task groups) take the second (group, anchor)
+    # hashing pass, scoped ones ("<group>/s0") do not; both have singleton step groups.
+    if scoped:
+        rows = [dict(row, anchor=f"{row['group_id']}/{row['anchor']}") for row in rows]
+    batch = StepBatch.from_rows(rows)  # arbitrary str: Arrow's string hashing
+    names = sorted(set(batch.anchors.tolist()))
+    odd = np.uint64(2 * np.random.default_rng(seed).integers(0, 2**62) + 1)
+    scattered = np.arange(1, len(names) + 1, dtype=np.uint64) * odd  # distinct (odd * i is one-to-one mod 2**64)
+    digests = [digest(name) for name in names]
+    for codes in (scattered, np.arange(len(names), dtype=np.uint64), -np.arange(len(names)), digests, hex_digest_codes(digests)):
+        assert_same_gigpo(batch, recoded(batch, dict(zip(names, codes))))
+
+
+def test_integer_anchors_match_on_a_large_shuffled_batch():
+    # ~7000 rows: several hashing rounds and the second (group, anchor) pass; lone trajectories, step gaps,
+    # anchors shared across task groups, and the reference grouping done with a dict.
+    rng = np.random.default_rng(7)
+    rows, traj_id = [], 0
+    for group in range(150):
+        for _ in range(rng.integers(1, 6)):
+            traj_id += 1
+            for step in np.flatnonzero(rng.random(rng.integers(1, 40)) < 0.8).tolist():
+                reward = float(rng.choice([0.0, 0.0, 1.0, -0.1, 10.0]))
+                anchor = f"shared{rng.integers(3)}" if rng.random() < 0.1 else f"{group}/{step}/{rng.integers(3)}"
+                rows.append({"group_id": group, "traj_id": traj_id, "step_id": step, "reward": reward, "anchor": anchor})
+    rows = [rows[i] for i in rng.permutation(len(rows))]
+    batch = StepBatch.from_rows(rows)
+    names = sorted(set(batch.anchors.tolist()))
+    digests = dict(zip(names, (digest(name) for name in names)))
+    as_ints = recoded(batch, dict(zip(names, hex_digest_codes(list(digests.values())))))
+    for other in (as_ints, recoded(batch, digests)):
+        assert_same_gigpo(batch, other)
+        codes, n = get_algorithm("gigpo").step_groups(other)
+        expected = defaultdict(set)
+        for code, row in zip(codes.tolist(), rows):
+            expected[row["group_id"], row["anchor"]].add(code)
+        assert n == len(expected) and all(len(c) == 1 for c in expected.values()) and len(set.union(*expected.values())) == n
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        [],
+        [5],
+        [7] * 100,
+        list(range(5000)),
+        [i << 44 for i in range(3000)] * 2,  # differ only in high bits
+        [(1 << 63) | i for i in range(100)] + list(range(100)),
+        np.random.default_rng(0).integers(0, 50, 4000).tolist(),
+    ],
+)
+def test_factorize_uint64_partitions_like_unique(keys):
+    keys = np.asarray(keys, dtype=np.uint64)
+    codes, n = factorize_uint64(keys)
+    unique, inverse = np.unique(keys, return_inverse=True)
+    assert n == len(unique) and codes.shape == keys.shape
+    assert len(set(zip(codes.tolist(), inverse.tolist()))) == n and (n == 0 or codes.max() == n - 1)
+
+
+def test_hex_digest_codes_read_digests_and_refuse_anything_else():
+    digests = [digest(i) for i in range(5)]
+    assert hex_digest_codes(digests).tolist() == [int(d, 16) for d in digests]
+    assert hex_digest_codes(np.asarray(digests, dtype=object)).dtype == np.uint64
+    for bad in ([], [digests[0], "x"], [digests[0].upper()], [digests[0] + "0"], [digests[0][:15] + "g"], [digests[0][:15] + "é"], [digests[0], None], [3]):
+        assert hex_digest_codes(bad) is None, bad
+
+
+def test_integer_anchor_batches_are_uint64_and_read_only():
+    batch = StepBatch(group_ids=[0, 0, 1], traj_ids=[1, 2, 3], step_ids=[0, 0, 0], rewards=[1.0, 0.0, 0.0], anchors=np.array([-1, 5, 5]))
+    assert batch.anchors.dtype == np.uint64 and batch.anchors.tolist() == [2**64 - 1, 5, 5] and not batch.anchors.flags.writeable
+    assert batch.take([2, 1]).anchors.tolist() == [5, 5]
+    with pytest.raises(ValueError, match=r"StepBatch.anchors does not hold str"):
+        batch.arrow("anchors")
+    assert get_algorithm("gigpo").step_groups(batch)[1] == 3  # anchor 5 in two task groups: two step groups
+    batch.anchors = ["a", "a", "b"]  # back to str, then to ints again: each path sees its own anchors
+    assert get_algorithm("gigpo").step_groups(batch)[1] == 2 and batch.arrow("anchors").to_pylist() == ["a", "a", "b"]
+    batch.anchors = np.array([4, 4, 4], dtype=np.uint8)
+    assert get_algorithm("gigpo").step_groups(batch)[1] == 2
+    with pytest.raises(ValueError, match=r"StepBatch.anchors does not hold str"):
+        batch.arrow("anchors")
+
+
+def test_step_order_needs_an_ordered_index():
+    batch = batch_of((0, 0, [(1.0, "a"), (2.0, "b")]))
+    with pytest.raises(ValueError, match=r"step order needs trajectories\(batch, ordered=True\)"):
+        reverse_scan(batch.rewards, trajectories(batch, ordered=False), 0.5)

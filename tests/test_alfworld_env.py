@@ -159,3 +159,27 @@ def test_cli_parser_adds_alfworld_demos(tmp_path):
 
 def test_registered_with_the_suite():
     assert gigpo_gym.registration.env_spec("gigpo_gym/ALFWorld-v0").max_episode_steps == 50
+
+
+def test_search_expert_sweeps_the_listed_receptacles_and_wins():
+    """The imitable expert only acts on what it has seen, and still finishes (almost) every task."""
+    env = gym.make("gigpo_gym/ALFWorld-v0", max_episode_steps=80)
+    won = 0
+    for seed in range(60):
+        obs, info = env.reset(seed=seed)
+        listed = [name.removeprefix("and ").removeprefix("a ").strip() for name in
+                  obs.split("you see ")[1].split(".\n")[0].rstrip(".").split(", ")]
+        moves = []
+        while True:
+            command = env.unwrapped.expert_action("search")
+            assert command in info["admissible_actions"]
+            obs, _, terminated, truncated, info = env.step(command)
+            if command.startswith("go to ") and not moves:
+                moves.append(command.removeprefix("go to "))
+            if terminated or truncated:
+                break
+        won += info["won"]
+        assert moves[0] == listed[0]  # the sweep starts where the room description starts
+    assert won >= 57
+    with pytest.raises(ValueError, match="'plan' or 'search'"):
+        env.unwrapped.expert_action("guess")

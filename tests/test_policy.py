@@ -148,3 +148,26 @@ def test_response_prefix_is_part_of_the_prompt_and_of_the_text(tiny_path):
     gen = policy.generate(PROMPTS[:1], SamplingParams(max_new_tokens=3, seed=0))[0]
     assert gen.prompt_ids[-1] == tag and tag not in gen.response_ids[:1]
     assert gen.text.startswith("<action>")
+
+
+def test_choose_admissible_answers_with_one_of_the_row_s_actions(tiny_path, tmp_path):
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", choose_admissible=True)
+    assert policy.needs_context == ("admissible_actions",)
+    contexts = [{"admissible_actions": ["go east", "go west", "wait"]}, {"admissible_actions": ["wait"]}]
+    gens = policy.generate(PROMPTS, SamplingParams(seed=1), contexts)
+    assert gens[0].text in {"<action>go east</action>", "<action>go west</action>", "<action>wait</action>"}
+    assert gens[1].text == "<action>wait</action>"
+    scores = policy.log_probs(TokenBatch.from_generations(gens))
+    for g, row in zip(gens, scores.log_probs):  # what the update recomputes is what was recorded
+        torch.testing.assert_close(row[: len(g.log_probs)], torch.tensor(g.log_probs), atol=1e-4, rtol=1e-4)
+    # greedy picks the answer the model finds most likely
+    greedy = policy.generate(PROMPTS[:1], SamplingParams(temperature=0), contexts[:1])[0]
+    options = contexts[0]["admissible_actions"]
+    answers = [policy.tokenizer(f"<action>{a}</action>")["input_ids"] + [policy.tokenizer.eos_token_id] for a in options]
+    prompt = policy.encode_prompt(PROMPTS[0])
+    totals = policy.log_probs(TokenBatch([prompt] * 3, answers)).log_probs.sum(-1)
+    assert greedy.text == f"<action>{options[int(totals.argmax())]}</action>"
+    with pytest.raises(ValueError, match="admissible_actions"):
+        policy.generate(PROMPTS, SamplingParams())
+    policy.save(tmp_path / "chooser")
+    assert HFPolicy.load(tmp_path / "chooser", device="cpu").choose_admissible

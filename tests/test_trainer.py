@@ -109,3 +109,16 @@ def test_shipped_configs_load_and_the_cli_names_bad_keys(tmp_path, capsys):
     args = parser.parse_args(["train", "--config", str(configs[0]), "--set", "optim.lr_rate=1", "--iterations", "3"])
     assert args.func(args) == 2
     assert "unknown config key 'optim.lr_rate'" in capsys.readouterr().err
+
+
+def test_demonstrations_pass_expert_kwargs_and_answer_from_the_prompt_s_actions():
+    from gigpo_gym.algos.rollout import llm_wrapper
+    from gigpo_gym.algos.sft import expert_demonstrations
+
+    kwargs = dict(env_kwargs={"max_episode_steps": 60}, wrapper=llm_wrapper(history_length=2))
+    plan = expert_demonstrations("gigpo_gym/ALFWorld-v0", 3, **kwargs)
+    search = expert_demonstrations("gigpo_gym/ALFWorld-v0", 3, expert_kwargs={"style": "search"}, **kwargs)
+    assert len(search) > len(plan) > 0  # searching takes more steps than knowing
+    for prompt, response in search:
+        command = response.removeprefix("<action>").removesuffix("</action>")
+        assert command in prompt.split("Admissible actions: ")[1].split("\n\n")[0].split(" | ")

@@ -18,9 +18,9 @@ from typing import Callable, Literal
 import numpy as np
 from rapidfuzz.distance import Indel
 
-from gigpo_gym.algos.batch import StepBatch
+from gigpo_gym.algos.batch import StepBatch, hex_digest_codes
 from gigpo_gym.algos.estimators.group_relative import episode_advantages
-from gigpo_gym.algos.estimators.kernels import Trajectories, factorize, group_normalize, reverse_scan, trajectories
+from gigpo_gym.algos.estimators.kernels import Trajectories, factorize, factorize_uint64, group_normalize, reverse_scan, trajectories
 from gigpo_gym.algos.registry import Algorithm, register_algorithm
 
 SIMILARITY_METRICS: dict[str, Callable[[str, str], float]] = {
@@ -35,16 +35,19 @@ SIMILARITY_METRICS: dict[str, Callable[[str, str], float]] = {
 def exact_step_groups(batch: StepBatch, traj: Trajectories) -> tuple[np.ndarray, int]:
     """Step-group codes: rows sharing (task group, anchor).
 
-    Anchors are usually scoped to one task already; then the anchor's code is the
-    step group and no second hashing pass is needed.
+    Integer anchors, and str anchors that are all 16-hex-digit digests (read as
+    uint64, one to one), go through the integer hash table; other str anchors through
+    Arrow's string hashing.  Anchors are usually scoped to one task already; then the
+    anchor's code is the step group and no second hashing pass is needed.
     """
-    anchor_code, n_anchors = factorize(batch.arrow("anchors"))
+    keys = batch.anchors if batch.anchors.dtype == np.uint64 else hex_digest_codes(batch.arrow("anchors"))
+    anchor_code, n_anchors = factorize(batch.arrow("anchors")) if keys is None else factorize_uint64(keys)
     row_group = traj.row_group
     owner = np.empty(n_anchors, dtype=np.int64)
     owner[anchor_code] = row_group
     if np.array_equal(owner[anchor_code], row_group):
         return anchor_code, n_anchors
-    return factorize(row_group * n_anchors + anchor_code)
+    return factorize_uint64((row_group * n_anchors + anchor_code).astype(np.uint64))
 
 
 def similarity_step_groups(batch: StepBatch, traj: Trajectories, threshold: float, metric: str = "indel") -> tuple[np.ndarray, int]:

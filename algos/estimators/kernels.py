@@ -1,16 +1,19 @@
 """Vectorised building blocks shared by the estimators: no Python loop per row.
 
-- ``factorize``: dense codes for ints or strings (Arrow's hash table, no sort).
+- ``factorize``: dense codes for ints or strings (Arrow's hash table, no sort);
+  ``factorize_uint64``: the same for 64-bit keys with many distinct values.
 - ``Trajectories``: which trajectory / task group each row is in, trajectory
-  returns, and the rows ordered by step inside each trajectory.
+  returns, and each row's place in a step-major layout of the trajectories.
 - ``group_normalize``: (x - mean) / (std + eps) inside groups, with the project's
   rules (unbiased std, eps 1e-6, singleton group -> 0, all equal -> exactly 0).
 - ``reverse_scan``: y_t = x_t + c * y_{t+1} along each trajectory, looping over
-  the step index only (at most the longest episode's length), never over rows.
+  the step index only (at most the longest episode's length) on contiguous
+  slices, never over rows.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +34,46 @@ def factorize(values: np.ndarray | pa.Array) -> tuple[np.ndarray, int]:
     return codes, len(encoded.dictionary)
 
 
+# Odd 64-bit multipliers (golden ratio, splitmix64), one per hashing round in turn.
+_MULTIPLIERS = tuple(np.uint64(m) for m in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0xD6E8FEB86659FD93))
+
+
+def factorize_uint64(keys: np.ndarray) -> tuple[np.ndarray, int]:
+    """Codes 0..k-1 (in no particular order) and k, for a uint64 array.
+
+    A vectorised hash table, several times faster than ``factorize`` when most keys
+    are distinct (step groups: about half as many as rows).  Each round hashes the
+    rows still without a code into a table of about one slot per row (multiplicative
+    hashing, top bits), writes every key to its slot and reads the slot back.  All
+    copies of a key share a slot, so either all of them find their key there and take
+    the slot as code, or none does and they retry next round with another multiplier;
+    each round settles at least one key per used slot.  The slots are then renumbered
+    densely.
+    """
+    code = np.empty(len(keys), dtype=np.intp)
+    rows: slice | np.ndarray = slice(None)  # the rows without a code: all, then an index array
+    offset = 0
+    for multiplier in itertools.cycle(_MULTIPLIERS):
+        subset = keys[rows]
+        if not len(subset):
+            break
+        bits = max(len(subset) - 1, 1).bit_length()
+        slot = subset * multiplier
+        slot >>= np.uint64(64 - bits)
+        slot = slot.view(np.int64)  # < 2**bits, so the same number
+        table = np.empty(1 << bits, dtype=np.uint64)
+        table[slot] = subset
+        missed = np.flatnonzero(table[slot] != subset)
+        slot += offset
+        code[rows] = slot
+        rows = missed if isinstance(rows, slice) else rows[missed]
+        offset += 1 << bits
+    used = np.zeros(offset, dtype=bool)
+    used[code] = True
+    dense = np.cumsum(used, dtype=np.int32 if len(keys) < 2**31 else np.int64) - 1  # int32: half the bytes to read at random
+    return dense[code].astype(np.intp), int(used.sum())
+
+
 def group_normalize(values: np.ndarray, groups: np.ndarray, n_groups: int, norm_by_std: bool, weights: np.ndarray | None = None) -> np.ndarray:
     """x - mean_g, divided by (std_g + EPS) when ``norm_by_std``.
 
@@ -42,14 +85,15 @@ def group_normalize(values: np.ndarray, groups: np.ndarray, n_groups: int, norm_
     counts = np.bincount(groups, weights, minlength=n_groups).astype(np.float64)
     reference = np.empty(n_groups)
     reference[groups] = values
-    centered = values - reference[groups]
-    mean = np.bincount(groups, centered if weights is None else centered * weights, minlength=n_groups) / np.maximum(counts, 1.0)
-    deviation = centered - mean[groups]
+    deviation = values - reference[groups]  # centred on the reference, then on the mean (in place: fewer fresh pages)
+    mean = np.bincount(groups, deviation if weights is None else deviation * weights, minlength=n_groups) / np.maximum(counts, 1.0)
+    deviation -= mean[groups]
     if not norm_by_std:
         return deviation
     squares = deviation * deviation if weights is None else deviation * deviation * weights
     variance = np.bincount(groups, squares, minlength=n_groups) / np.maximum(counts - 1.0, 1.0)
-    return deviation / (np.sqrt(variance) + EPS)[groups]
+    deviation /= (np.sqrt(variance) + EPS)[groups]
+    return deviation
 
 
 def group_spread(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
@@ -72,18 +116,22 @@ def batch_normalize(values: np.ndarray) -> np.ndarray:
 class Trajectories:
     """Row -> trajectory -> task group, and the rows of each trajectory in step order.
 
-    ``order`` lists the rows sorted by (trajectory, step); trajectory ``t`` occupies
-    ``order[starts[t] : starts[t] + lengths[t]]``.
+    Step order lives in a step-major layout: block k holds the k-th step (by step id)
+    of every trajectory longer than k, longest trajectories first, so block k + 1
+    lines up with the first ``block_sizes[k + 1]`` entries of block k (same
+    trajectories, one step later).  Block k starts at ``block_starts[k]``; row i sits
+    at ``position[i]`` (``None`` for ``trajectories(..., ordered=False)``).
     """
 
     row_traj: np.ndarray
     n_traj: int
     lengths: np.ndarray
-    starts: np.ndarray
     traj_group: np.ndarray
     n_groups: int
     returns: np.ndarray
-    order: np.ndarray
+    position: np.ndarray | None
+    block_starts: np.ndarray
+    block_sizes: np.ndarray
 
     @property
     def row_group(self) -> np.ndarray:
@@ -95,12 +143,11 @@ class Trajectories:
 
 
 def trajectories(batch: StepBatch, *, ordered: bool = True) -> Trajectories:
-    """Index a batch by trajectory; ``ordered=False`` skips the step ordering (GRPO needs none).
+    """Index a batch by trajectory; ``ordered=False`` skips the step layout (GRPO needs none).
 
     Raises ``ValueError`` if a trajectory has rows in two task groups or two rows with
     the same step id (both make the result depend on row order).
     """
-    n = len(batch)
     row_traj, n_traj = factorize(batch.traj_ids)
     lengths = np.bincount(row_traj, minlength=n_traj)
     group_of_traj = np.empty(n_traj, dtype=np.int64)
@@ -113,59 +160,65 @@ def trajectories(batch: StepBatch, *, ordered: bool = True) -> Trajectories:
             f"{group_of_traj[row_traj[row]]}; traj_ids must be unique across the batch"
         )
     traj_group, n_groups = factorize(group_of_traj)
-    starts = np.zeros(n_traj, dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    order = _step_order(batch, row_traj, lengths, starts) if ordered else np.arange(n)
     returns = np.bincount(row_traj, batch.rewards, minlength=n_traj)
-    return Trajectories(row_traj, n_traj, lengths, starts, traj_group, n_groups, returns, order)
+    block_sizes = np.cumsum(np.bincount(lengths)[::-1])[::-1][1:]  # block_sizes[k] = #trajectories longer than k
+    block_starts = np.cumsum(block_sizes) - block_sizes
+    position = _layout_positions(batch, row_traj, lengths, block_starts) if ordered else None
+    return Trajectories(row_traj, n_traj, lengths, traj_group, n_groups, returns, position, block_starts, block_sizes)
 
 
-def _step_order(batch: StepBatch, row_traj: np.ndarray, lengths: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Rows sorted by (trajectory, step): a scatter when steps are 0..L-1, else a lexsort."""
+def _layout_positions(batch: StepBatch, row_traj: np.ndarray, lengths: np.ndarray, block_starts: np.ndarray) -> np.ndarray:
+    """Each row's index in the step-major layout: block of its step, then its trajectory's rank."""
     n = len(batch)
+    rank = np.empty(len(lengths), dtype=np.int64)
+    rank[np.argsort(-lengths, kind="stable")] = np.arange(len(lengths))
+    row_rank = rank[row_traj]
     steps = batch.step_ids
-    slot = starts[row_traj] + steps
-    if n and steps.min() >= 0 and np.all(steps < lengths[row_traj]) and np.bincount(slot, minlength=n).max() == 1:
-        order = np.empty(n, dtype=np.int64)
-        order[slot] = np.arange(n)
-        return order
+    if n and steps.min() >= 0 and np.all(steps < lengths[row_traj]):  # steps are 0..L-1, unless one repeats
+        position = block_starts[steps] + row_rank
+        seen = np.zeros(n, dtype=bool)
+        seen[position] = True
+        if seen.all():
+            return position
     order = np.lexsort((steps, row_traj))
     same = (row_traj[order[1:]] == row_traj[order[:-1]]) & (steps[order[1:]] == steps[order[:-1]])
     if same.any():
         row = order[np.flatnonzero(same)[0]]
         raise ValueError(f"trajectory {batch.traj_ids[row]} has two rows with step_id {steps[row]}; step ids must be unique per trajectory")
-    return order
+    step_rank = np.empty(n, dtype=np.int64)
+    step_rank[order] = np.arange(n) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return block_starts[step_rank] + row_rank
+
+
+def _in_layout(values: np.ndarray, traj: Trajectories) -> np.ndarray:
+    if traj.position is None:
+        raise ValueError("step order needs trajectories(batch, ordered=True)")
+    out = np.empty(len(values), dtype=np.float64)
+    out[traj.position] = values
+    return out
 
 
 def reverse_scan(values: np.ndarray, traj: Trajectories, decay: float) -> np.ndarray:
     """y_t = x_t + decay * y_{t+1} along each trajectory (y after the last step = 0).
 
-    Works on the step-ordered layout; iteration k updates position k of every
-    trajectory longer than k + 1, so the loop runs max-length times and touches each
-    row once.
+    Works on the step-major layout: iteration k updates block k from block k + 1, two
+    contiguous slices, so the loop runs max-length times and touches each row once.
     """
-    out = np.empty_like(values, dtype=np.float64)
-    if values.size == 0:
-        return out
-    y = values[traj.order].astype(np.float64)
+    y = _in_layout(values, traj)
     if decay != 0.0:
-        longest_first = np.argsort(-traj.lengths, kind="stable")
-        first_row = traj.starts[longest_first]
-        histogram = np.bincount(traj.lengths)
-        longer_than = np.cumsum(histogram[::-1])[::-1][1:]  # longer_than[k] = #trajectories with length > k
-        for k in range(len(longer_than) - 2, -1, -1):
-            rows = first_row[: longer_than[k + 1]] + k
-            y[rows] += decay * y[rows + 1]
-    out[traj.order] = y
-    return out
+        starts, sizes = traj.block_starts, traj.block_sizes
+        for k in range(len(sizes) - 2, -1, -1):
+            here, after, size = starts[k], starts[k + 1], sizes[k + 1]
+            y[here : here + size] += decay * y[after : after + size]
+    return y[traj.position]
 
 
 def next_in_trajectory(values: np.ndarray, traj: Trajectories) -> np.ndarray:
     """Each row's successor value along its trajectory (0 after the last step)."""
-    ordered = values[traj.order]
-    shifted = np.zeros_like(ordered, dtype=np.float64)
-    shifted[:-1] = ordered[1:]
-    shifted[traj.starts + traj.lengths - 1] = 0.0
-    out = np.empty_like(shifted)
-    out[traj.order] = shifted
-    return out
+    y = _in_layout(values, traj)
+    shifted = np.zeros_like(y)
+    starts, sizes = traj.block_starts, traj.block_sizes
+    for k in range(len(sizes) - 1):
+        here, after, size = starts[k], starts[k + 1], sizes[k + 1]
+        shifted[here : here + size] = y[after : after + size]
+    return shifted[traj.position]

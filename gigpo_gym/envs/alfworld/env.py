@@ -40,7 +40,7 @@ from typing import Any
 
 from gigpo_gym.core.env import TextEnv
 from gigpo_gym.envs.alfworld.engine import Engine
-from gigpo_gym.envs.alfworld.expert import expert_action
+from gigpo_gym.envs.alfworld.expert import expert_action, search_expert_action
 from gigpo_gym.envs.alfworld.tasks import GameFileTasks, GeneratedTasks, open_tasks
 
 
@@ -92,11 +92,17 @@ class ALFWorldEnv(TextEnv):
         won = self.engine.won
         return obs, 1.0 if won else 0.0, won, self._info(obs, valid)
 
-    def expert_action(self) -> str:
-        """The next command of an expert plan from the current state."""
+    def expert_action(self, style: str = "plan") -> str:
+        """The next expert command: ``"plan"`` knows where everything is, ``"search"`` looks first.
+
+        ``"search"`` sweeps the receptacles in the order the room lists them until the
+        object is in view (``expert.search_expert_action``): the demonstrator to imitate.
+        """
         if self.engine is None:
             raise RuntimeError("call reset() before expert_action()")
-        return expert_action(self.engine)
+        if style not in ("plan", "search"):
+            raise ValueError(f"expert style must be 'plan' or 'search', got {style!r}")
+        return (search_expert_action if style == "search" else expert_action)(self.engine)
 
     @property
     def num_tasks(self) -> int:

@@ -1,9 +1,15 @@
-"""An expert that knows the full state: the next command of a short plan from any state.
+"""Two experts: one that knows the full state, one that searches like a person would.
 
-It reads the goal's target (object type, receptacle type, lamp, count, treatment)
-and replans every step, so it also recovers from states a random agent left
-(a wrong object in hand, an object already half-way).  Each command it returns
-is admissible in the current state.
+``expert_action`` reads the goal's target (object type, receptacle type, lamp, count,
+treatment) and replans every step, so it also recovers from states a random agent
+left (a wrong object in hand, an object already half-way).  It goes straight to the
+object it wants, which no observation tells: the upper bound of the leaderboard.
+
+``search_expert_action`` finds the object the way ALFWorld's hand-coded expert does:
+it visits the receptacles in the order the room description lists them, opening
+closed ones, and takes the object once it sees it; from there it acts as the planner.
+Its choices follow from the text an agent sees, which makes it the demonstrator to
+imitate.  Each command either returns is admissible in the current state.
 """
 
 from __future__ import annotations
@@ -120,3 +126,26 @@ def expert_plan(engine: Engine, max_steps: int = 200) -> list[str]:
             raise ExpertError(f"expert proposed an inadmissible command {cmd!r} in {engine.world.task_id}")
         plan.append(cmd)
     return plan
+
+
+def search_expert_action(engine: Engine) -> str:
+    """The next command of a search: sweep the listed receptacles until the object is in view."""
+    w, s = engine.world, engine.state
+    if engine.won or s.held >= 0:
+        return expert_action(engine)
+    want = w.target["otype"]
+    recs = w.receptacles
+    here = [r for r, rec in enumerate(recs) if rec.loc is not None and rec.loc == s.agent_loc]
+    for r in here:
+        if recs[r].openable and r not in s.opened:
+            return f"open {recs[r].name}"
+    dests = {r for r, rec in enumerate(recs) if rec.rtype == w.target["rtype"]}
+    for r in here:
+        if r in dests and w.target["count"] > 1:
+            continue  # the pick-two destination: what lies there is already placed
+        if any(w.objects[o].otype == want and "pickupable" in w.objects[o].props for o in s.contents[r]):
+            return expert_action(engine)  # in view: the planner takes it from here
+    stops = list(dict.fromkeys(rec.loc for rec in recs if rec.loc is not None))
+    following = stops[(stops.index(s.agent_loc) + 1) % len(stops)] if s.agent_loc in stops else stops[0]
+    first = next(r for r, rec in enumerate(recs) if rec.loc == following)
+    return f"go to {recs[first].name}"

