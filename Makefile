@@ -22,6 +22,11 @@ $(VENV)/.installed-test: setup.cfg pyproject.toml | $(BIN)/python
 
 venv: $(VENV)/.installed-test
 
+$(VENV)/.installed-train: setup.cfg pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet $(TORCH)
+	$(BIN)/pip install --quiet -e ".[train]"
+	touch $@
+
 # The browser tests drive Debian's chromium + chromium-driver (nothing is downloaded
 # by Selenium). Installed here when missing and running as root; elsewhere those
 # tests skip and name the install command.
@@ -35,6 +40,12 @@ browser-deps:
 
 test: $(VENV)/.installed-test browser-deps
 	$(BIN)/pytest
+
+# The main job: SFT warm start then GiGPO, tiny model, embedded ALFWorld, CPU (about 12 min
+# on 2 cores). Prints success per task type before / after; writes runs/demo/.
+demo: $(VENV)/.installed-train
+	rm -rf runs/demo
+	$(BIN)/gigpo-gym train --config configs/demo.yaml
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

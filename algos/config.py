@@ -32,6 +32,8 @@ class TinyModelConfig:
     """Decoder layers of the tiny model."""
     corpus_episodes: int = 300
     """Expert episodes whose prompts and actions train the tiny tokenizer (more: more whole-command tokens)."""
+    pieces: str = "phrases"
+    """Tokenizer pieces: 'phrases' (BPE across spaces: short prompts) or 'words' (names shared across texts)."""
 
 
 @dataclass
@@ -82,6 +84,8 @@ class EnvConfig:
     """First line of every prompt (None: the env's own)."""
     action_format: str | None = None
     """Last line of every prompt, the answer format (None: the env's own)."""
+    task_key: str | None = None
+    """Info key shown as the task on every step (ALFWorld: 'goal', as the paper's prompt); None: the first observation."""
     reward_scale: float = 10.0
     """Reward of a won episode (paper: 10)."""
     reward_source: str = "won"
@@ -150,6 +154,8 @@ class SFTConfig:
     """Demonstration steps per warm-start update."""
     expert_kwargs: dict[str, Any] = field(default_factory=dict)
     """Passed to the env's ``expert_action`` (ALFWorld: {style: search} imitates a searcher)."""
+    oversample: dict[str, int] = field(default_factory=dict)
+    """Command verb -> copies of each demo step whose command starts with it (e.g. {take: 4}: rare decisive steps)."""
 
 
 @dataclass

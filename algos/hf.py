@@ -202,36 +202,70 @@ class HFPolicy(nn.Module):
             self.train(was_training)
 
     def _choose(self, prompt_ids: list[list[int]], options: list[list[str]], sampling: SamplingParams,
-                chunk: int = 256) -> list[Generation]:
+                chunk: int = 512) -> list[Generation]:
         """Pick one admissible action per row: softmax over the candidates' summed log-probs.
 
         Each candidate is scored as the full answer ``<action>cmd</action>`` + eos, so the
         choice is what the model would most likely have written among valid answers
-        (constrained decoding over a closed set).  The Generation carries the model's
+        (constrained decoding over a closed set).  Prompts are encoded once and their KV
+        cache shared by all of their candidates.  The Generation carries the model's
         token log-probs of the chosen answer, which is what ``log_probs`` recomputes in
         the update; raising them raises the answer's share among the candidates.
         """
+        tf = _transformers()
         gen = self._generator
         if sampling.seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(int(sampling.seed))
-        eos = self.tokenizer.eos_token_id
-        prefix = self.response_prefix
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        cut = len(self.response_prefix)
         encoded: dict[str, list[int]] = {}
         rows, answers = [], []
         for i, cmds in enumerate(options):
             for cmd in cmds or [""]:
                 if cmd not in encoded:
-                    answer = f"<action>{cmd}</action>"[len(prefix):] if prefix else f"<action>{cmd}</action>"
+                    answer = f"<action>{cmd}</action>"[cut:]
                     encoded[cmd] = list(self.tokenizer(answer, add_special_tokens=False)["input_ids"]) + [eos]
                 rows.append(i)
                 answers.append(cmd)
+        # the prompts once, left-padded so that every prompt ends at the same position
+        width = max(len(p) for p in prompt_ids)
+        ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+        for i, p in enumerate(prompt_ids):
+            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        cache = tf.DynamicCache()
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
+        lengths = mask.sum(-1)
         token_logps: list[list[float]] = []
         for start in range(0, len(rows), chunk):
-            index = range(start, min(start + chunk, len(rows)))
-            scores = self.log_probs(TokenBatch([prompt_ids[rows[k]] for k in index], [encoded[answers[k]] for k in index]))
-            lp, mask = scores.log_probs.float().cpu(), scores.mask.cpu()
-            token_logps += [lp[j, : int(mask[j].sum())].tolist() for j in range(len(index))]
-        out = []
+            part = torch.tensor(rows[start:start + chunk], device=self.device)
+            cands = [encoded[c] for c in answers[start:start + chunk]]
+            longest = max(len(c) for c in cands)
+            cand = torch.full((len(cands), longest), pad, dtype=torch.long)
+            cmask = torch.zeros((len(cands), longest), dtype=torch.long)
+            for j, c in enumerate(cands):
+                cand[j, : len(c)] = torch.tensor(c, dtype=torch.long)
+                cmask[j, : len(c)] = 1
+            cand, cmask = cand.to(self.device), cmask.to(self.device)
+            shared = tf.DynamicCache()
+            for layer, kv in enumerate(cache.layers):
+                shared.update(kv.keys.index_select(0, part), kv.values.index_select(0, part), layer)
+            logp = torch.empty(cand.shape, dtype=torch.float32, device=self.device)
+            logp[:, 0] = first[part].gather(-1, cand[:, :1]).squeeze(-1)
+            if longest > 1:
+                more = self.model(
+                    input_ids=cand[:, :-1], attention_mask=torch.cat([mask[part], cmask[:, :-1]], dim=1),
+                    position_ids=lengths[part, None] + torch.arange(longest - 1, device=self.device)[None, :],
+                    past_key_values=shared, use_cache=True,
+                )
+                logp[:, 1:] = torch.log_softmax(more.logits.float(), dim=-1).gather(-1, cand[:, 1:, None]).squeeze(-1)
+            logp = logp.cpu()
+            token_logps += [logp[j, : len(c)].tolist() for j, c in enumerate(cands)]
+        out_gens = []
         k = 0
         for i, cmds in enumerate(options):
             n = max(len(cmds), 1)
@@ -239,13 +273,13 @@ class HFPolicy(nn.Module):
             if sampling.temperature == 0:
                 pick = int(totals.argmax())
             else:
-                probs = torch.softmax(totals / sampling.temperature, dim=0).to(self.device)
-                pick = int(torch.multinomial(probs.float(), 1, generator=gen))
+                probs = torch.softmax(totals / sampling.temperature, dim=0).float().to(self.device)
+                pick = int(torch.multinomial(probs, 1, generator=gen))
             cmd = answers[k + pick]
-            out.append(Generation(f"<action>{cmd}</action>", list(prompt_ids[i]), list(encoded[cmd]),
-                                  list(token_logps[k + pick]), True))
+            out_gens.append(Generation(f"<action>{cmd}</action>", list(prompt_ids[i]), list(encoded[cmd]),
+                                       list(token_logps[k + pick]), True))
             k += n
-        return out
+        return out_gens
 
     def _generate(self, prompt_ids: list[list[int]], sampling: SamplingParams) -> list[Generation]:
         tf = _transformers()

@@ -170,7 +170,8 @@ def _load_checkpoint(found, text, env_id, device, seed, temperature, max_new_tok
     sampling = SamplingParams(max_new_tokens=max_new_tokens or s.max_new_tokens, temperature=temp, stop=tuple(s.stop),
                               seed=seed)
     prompt = {"history_length": cfg.env.history_length, "intro": cfg.env.prompt_intro,
-              "action_format": cfg.env.action_format, "anchor_mode": cfg.env.anchor_mode}
+              "action_format": cfg.env.action_format, "anchor_mode": cfg.env.anchor_mode,
+              "task_key": cfg.env.task_key}
     details = {"checkpoint": str(folder), "iteration": int(state.get("iteration", 0)), "algo": cfg.algo.name,
                "model": cfg.model.name, "trained_on": cfg.env.id, "config_digest": state.get("config_digest")}
     if cfg.env.id != env_id:

@@ -57,6 +57,25 @@ def expert_demonstrations(
     return pairs
 
 
+def oversample(demos: list[tuple[str, str]], copies: dict[str, int]) -> list[tuple[str, str]]:
+    """Repeat the steps whose command starts with a listed verb (``{"take": 4}``: 4 copies each).
+
+    Expert episodes are mostly moves between places; the steps that decide a task
+    (take the object, put it, heat it) are rare, and a small model imitating the
+    plain mix learns the moves long before them.
+    """
+    if not copies:
+        return list(demos)
+    bad = {verb: n for verb, n in copies.items() if not isinstance(n, int) or n < 1}
+    if bad:
+        raise ValueError(f"oversample counts must be ints >= 1, got {bad}")
+    out = []
+    for prompt, response in demos:
+        command = response.removeprefix("<action>").strip()
+        out.extend([(prompt, response)] * copies.get(command.split(" ", 1)[0], 1))
+    return out
+
+
 def sft_train(
     policy: Any,
     demos: list[tuple[str, str]],

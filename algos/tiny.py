@@ -43,9 +43,13 @@ class TinySpec:
     num_kv_heads: int = 2
     max_positions: int = 2048
     seed: int = 0
+    #: "phrases": BPE merges across spaces (whole commands become one or two tokens);
+    #: "words": merges stay inside words, so a name ("mug") is the same token in the
+    #: goal, the observation and the commands (longer prompts, easier to relate).
+    pieces: str = "phrases"
 
 
-def train_tokenizer(corpus: Iterable[str], vocab_size: int):
+def train_tokenizer(corpus: Iterable[str], vocab_size: int, pieces: str = "phrases"):
     """A byte-level BPE trained on ``corpus`` (deterministic), as a transformers tokenizer.
 
     Text is cut only at punctuation and line breaks, not at spaces, so BPE merges whole
@@ -58,9 +62,11 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int):
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
+    if pieces not in ("words", "phrases"):
+        raise ValueError(f"pieces must be 'words' or 'phrases', got {pieces!r}")
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(PHRASE_BREAKS), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=pieces == "words"),
     ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
@@ -103,7 +109,7 @@ def build_tiny(corpus: list[str], spec: TinySpec = TinySpec(), *, name: str = "t
     target = cache_dir("models", TINY_VERSION) / f"{name}-{key}"
     if (target / "build.json").is_file():
         return target
-    tokenizer = train_tokenizer(corpus, spec.vocab_size)
+    tokenizer = train_tokenizer(corpus, spec.vocab_size, spec.pieces)
     model = init_model(spec, tokenizer)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
     try:

@@ -50,7 +50,8 @@ def build_policy(cfg: TrainConfig):
             wrapper=_wrapper(cfg), expert_kwargs=cfg.sft.expert_kwargs,
         )
         corpus = [text for pair in demos for text in pair]
-        spec = TinySpec(m.tiny.vocab_size, m.tiny.hidden_size, m.tiny.intermediate_size, m.tiny.num_layers, seed=cfg.seed)
+        spec = TinySpec(m.tiny.vocab_size, m.tiny.hidden_size, m.tiny.intermediate_size, m.tiny.num_layers, seed=cfg.seed,
+                        pieces=m.tiny.pieces)
         return HFPolicy.from_pretrained(build_tiny(corpus, spec), **kwargs)
     if m.name == "smollm2":
         from gigpo_gym.algos.smollm import smollm2_path
@@ -68,7 +69,8 @@ def _algorithm(cfg: TrainConfig):
 def _wrapper(cfg: TrainConfig):
     e = cfg.env
     return llm_wrapper(
-        history_length=e.history_length, anchor_mode=e.anchor_mode, intro=e.prompt_intro, action_format=e.action_format
+        history_length=e.history_length, anchor_mode=e.anchor_mode, intro=e.prompt_intro, action_format=e.action_format,
+        task_key=e.task_key,
     )
 
 
@@ -370,7 +372,7 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
 def _warm_start(trainer: Trainer, echo) -> list[float]:
     from tqdm.auto import tqdm
 
-    from gigpo_gym.algos.sft import expert_demonstrations, sft_train
+    from gigpo_gym.algos.sft import expert_demonstrations, oversample, sft_train
 
     cfg = trainer.cfg
     demos = expert_demonstrations(cfg.env.id, cfg.sft.episodes, seed=derive_seed(cfg.seed, 5),
@@ -383,6 +385,7 @@ def _warm_start(trainer: Trainer, echo) -> list[float]:
         if step % 10 == 0 or step == cfg.sft.steps - 1:
             trainer.log({"iteration": 0, "sft/step": step, "sft/loss": loss}, step=step)
 
+    demos = oversample(demos, cfg.sft.oversample)
     losses = sft_train(trainer.policy, demos, steps=cfg.sft.steps, lr=cfg.sft.lr, batch_size=cfg.sft.batch_size,
                        seed=cfg.seed, on_step=on_step)
     bar.close()

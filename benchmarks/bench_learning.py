@@ -7,6 +7,7 @@ before and after.  Reports held-out success per algorithm and seed, the mean ove
 seeds, and the mean change from the shared starting point.
 
     python benchmarks/bench_learning.py --seeds 0 1 2 --iterations 6
+    python benchmarks/bench_learning.py --warm-start-seed 0   # one warm start shared by every seed
 """
 
 from __future__ import annotations
@@ -42,14 +43,20 @@ def main() -> None:
     p.add_argument("--run-root", default="runs/bench_learning")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", default=None, help="write the results JSON here")
+    p.add_argument("--warm-start-seed", type=int, default=None,
+                   help="one SFT warm start (with this seed) shared by every seed: the seeds then vary the RL only")
     args = p.parse_args()
     extra = list(args.overrides) + ([f"iterations={args.iterations}"] if args.iterations is not None else [])
     rows = []
     started = time.perf_counter()
+    shared = None
     for seed in args.seeds:
-        base = load_config(args.config, [*extra, f"seed={seed}", "progress=false", "algo.name=grpo", "algo.kwargs={}",
-                                         f"run_dir={args.run_root}/seed{seed}-sft"])
-        state = warm_start(base)
+        sft_seed = seed if args.warm_start_seed is None else args.warm_start_seed
+        if shared is None or args.warm_start_seed is None:
+            base = load_config(args.config, [*extra, f"seed={sft_seed}", "progress=false", "algo.name=grpo",
+                                             "algo.kwargs={}", f"run_dir={args.run_root}/seed{sft_seed}-sft"])
+            shared = warm_start(base)
+        state = shared
         for algo in args.algos:
             kwargs = "{gamma: 0.95}" if algo == "gigpo" else "{}"
             cfg = load_config(args.config, [

@@ -171,3 +171,11 @@ def test_choose_admissible_answers_with_one_of_the_row_s_actions(tiny_path, tmp_
         policy.generate(PROMPTS, SamplingParams())
     policy.save(tmp_path / "chooser")
     assert HFPolicy.load(tmp_path / "chooser", device="cpu").choose_admissible
+
+
+def test_word_pieces_share_names_across_texts():
+    words = train_tokenizer(["put a mug in the sinkbasin", "<action>take mug 1 from cabinet 2</action>"] * 8, 300, "words")
+    goal, command = words.tokenize("put a mug in the sinkbasin"), words.tokenize("take mug 1 from cabinet 2")
+    assert "Ġmug" in goal and "Ġmug" in command  # the same token in the goal and in the command
+    with pytest.raises(ValueError, match="pieces must be 'words' or 'phrases'"):
+        train_tokenizer(["a b"], 300, "letters")

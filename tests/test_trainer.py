@@ -122,3 +122,13 @@ def test_demonstrations_pass_expert_kwargs_and_answer_from_the_prompt_s_actions(
     for prompt, response in search:
         command = response.removeprefix("<action>").removesuffix("</action>")
         assert command in prompt.split("Admissible actions: ")[1].split("\n\n")[0].split(" | ")
+
+
+def test_oversample_repeats_the_steps_of_the_listed_verbs():
+    from gigpo_gym.algos.sft import oversample
+
+    demos = [("p1", "<action>go to desk 1</action>"), ("p2", "<action>take mug 1 from desk 1</action>")]
+    assert oversample(demos, {}) == demos
+    assert oversample(demos, {"take": 3}) == [demos[0]] + [demos[1]] * 3
+    with pytest.raises(ValueError, match="ints >= 1"):
+        oversample(demos, {"take": 0})

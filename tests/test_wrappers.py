@@ -88,3 +88,15 @@ def test_full_stack_records_invalid_steps_in_history():
 def test_docstring_examples_run(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_history_prompt_can_show_an_info_key_as_the_task():
+    env = HistoryPrompt(gym.make("gigpo_gym/ALFWorld-v0"), history_length=1, task_key="goal")
+    first, info = env.reset(seed=0)
+    assert "Welcome to TextWorld" in first  # step 1 still shows the whole room
+    text, *_ = env.step(info["admissible_actions"][0])
+    assert f"Your task:\n{info['goal']}\n" in text and text.count("Welcome to TextWorld") == 1  # the history's step 1
+    text, *_ = env.step("look")
+    assert f"Your task:\n{info['goal']}\n" in text and "Welcome to TextWorld" not in text
+    with pytest.raises(KeyError, match="task_key 'nope' is not in the env's info"):
+        HistoryPrompt(gym.make(COUNTER), task_key="nope").reset(seed=0)

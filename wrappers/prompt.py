@@ -21,6 +21,8 @@ class HistoryPrompt(gym.Wrapper):
     observation is kept as the task context (ALFWorld's goal, WebShop's instruction,
     the SearchQA question).  ``intro`` and ``action_format`` default to the env's
     ``metadata["prompt_intro"]`` / ``metadata["action_format"]``, else generic texts.
+    ``task_key`` names an info key to show as the task instead (ALFWorld's ``"goal"``:
+    the goal sentence alone, as in the GiGPO paper's prompt, not the whole room).
     History is two steps by default, as in the GiGPO paper.
 
     >>> import gymnasium as gym, gigpo_gym
@@ -36,6 +38,7 @@ class HistoryPrompt(gym.Wrapper):
         history_length: int = 2,
         intro: str | None = None,
         action_format: str | None = None,
+        task_key: str | None = None,
     ):
         if not isinstance(history_length, int) or history_length < 0:
             raise ValueError(f"history_length must be an int >= 0, got {history_length!r}")
@@ -44,6 +47,7 @@ class HistoryPrompt(gym.Wrapper):
         self.history_length = history_length
         self.intro = intro if intro is not None else meta.get("prompt_intro", DEFAULT_INTRO)
         self.action_format = action_format if action_format is not None else meta.get("action_format", COMMAND_FORMAT)
+        self.task_key = task_key
         self.observation_space = String(MAX_PROMPT_LENGTH)
         self._history: deque[tuple[str, str]] = deque(maxlen=max(history_length, 1))
         self._task = ""
@@ -53,7 +57,10 @@ class HistoryPrompt(gym.Wrapper):
     def reset(self, **kwargs: Any):
         obs, info = self.env.reset(**kwargs)
         self._history.clear()
-        self._task, self._obs, self._steps = obs, obs, 0
+        if self.task_key is not None and self.task_key not in info:
+            raise KeyError(f"task_key {self.task_key!r} is not in the env's info (keys: {sorted(info)})")
+        self._task = obs if self.task_key is None else str(info[self.task_key])
+        self._obs, self._steps = obs, 0
         info["observation"] = obs
         return self.render_prompt(obs, info), info
 
