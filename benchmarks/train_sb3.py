@@ -26,6 +26,7 @@ ENVS = {
 def train(env_name: str, algo: str, timesteps: int, *, dim: int, max_actions: int, n_envs: int, seed: int,
           out_dir: Path, max_steps: int):
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import Logger
 
     from gigpo_gym.wrappers.sb3 import SB3Policy, _sb3_algorithms, make_sb3_env
 
@@ -39,6 +40,7 @@ def train(env_name: str, algo: str, timesteps: int, *, dim: int, max_actions: in
     model = algos[cls_name]("MlpPolicy", vec, n_steps=256, batch_size=256, n_epochs=4, learning_rate=3e-4,
                             gamma=0.99, ent_coef=0.01, seed=seed, device="cpu", verbose=0,
                             policy_kwargs={"net_arch": [128, 128]})
+    model.set_logger(Logger(folder=None, output_formats=[]))  # else SB3 makes a /tmp/SB3-* folder per run
     started = time.perf_counter()
     model.learn(total_timesteps=timesteps, progress_bar=False)
     seconds = time.perf_counter() - started

@@ -69,22 +69,26 @@ def test_wrapped_env_passes_sb3_env_checker():
 @pytest.mark.parametrize("env_id", ["gigpo_gym/ALFWorld-v0", "gigpo_gym/WebShop-v0"])
 def test_plain_ppo_learns_a_few_hundred_steps(env_id):
     from stable_baselines3 import PPO
+    from stable_baselines3.common.logger import Logger
 
     env = make_sb3_env(env_id, max_actions=32, dim=128, env_kwargs={"split": "train", "max_episode_steps": 10})
     model = PPO("MlpPolicy", env, n_steps=64, batch_size=64, n_epochs=1, seed=0, device="cpu",
                 policy_kwargs={"net_arch": [32]})
+    model.set_logger(Logger(folder=None, output_formats=[]))  # SB3 would make a /tmp/SB3-* folder per run
     model.learn(total_timesteps=192)
     assert model.num_timesteps >= 192
 
 
 def test_maskable_ppo_model_joins_the_leaderboard(tmp_path):
     sb3_contrib = pytest.importorskip("sb3_contrib")
+    from stable_baselines3.common.logger import Logger
     from gigpo_gym.algos.leaderboard import load_spec, run_spec, validate_result
     from gigpo_gym.algos.leaderboard_policies import resolve_policy
 
     env = make_sb3_env("gigpo_gym/ALFWorld-v0", max_actions=32, dim=128, env_kwargs={"split": "train", "max_episode_steps": 10})
     model = sb3_contrib.MaskablePPO("MlpPolicy", env, n_steps=64, batch_size=64, n_epochs=1, seed=0, device="cpu",
                                     policy_kwargs={"net_arch": [32]})
+    model.set_logger(Logger(folder=None, output_formats=[]))
     model.learn(total_timesteps=128)
     path = tmp_path / "model.zip"
     SB3Policy(model, {"algo": "MaskablePPO", "dim": 128, "max_actions": 32, "timesteps": 128}).save(path)
