@@ -34,6 +34,14 @@ def warm_start(cfg) -> dict:
         trainer.close()
 
 
+def _read_policy(cfg, path: str) -> dict:
+    from safetensors.torch import load_model
+
+    policy = build_policy(cfg)
+    load_model(policy, path)
+    return copy.deepcopy(policy.state_dict())
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default=str(Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"))
@@ -45,6 +53,9 @@ def main() -> None:
     p.add_argument("--out", default=None, help="write the results JSON here")
     p.add_argument("--warm-start-seed", type=int, default=None,
                    help="one SFT warm start (with this seed) shared by every seed: the seeds then vary the RL only")
+    p.add_argument("--warm-start-file", default=None,
+                   help="with --warm-start-seed: take that warm start from a file instead of training it (the "
+                        "reference.safetensors of a run that began from it, e.g. runs/bench_learning/seed0-gigpo)")
     args = p.parse_args()
     extra = list(args.overrides) + ([f"iterations={args.iterations}"] if args.iterations is not None else [])
     rows = []
@@ -55,7 +66,7 @@ def main() -> None:
         if shared is None or args.warm_start_seed is None:
             base = load_config(args.config, [*extra, f"seed={sft_seed}", "progress=false", "algo.name=grpo",
                                              "algo.kwargs={}", f"run_dir={args.run_root}/seed{sft_seed}-sft"])
-            shared = warm_start(base)
+            shared = warm_start(base) if args.warm_start_file is None else _read_policy(base, args.warm_start_file)
         state = shared
         for algo in args.algos:
             kwargs = "{gamma: 0.95}" if algo == "gigpo" else "{}"
@@ -63,7 +74,8 @@ def main() -> None:
                 *extra, f"seed={seed}", f"algo.name={algo}", f"algo.kwargs={kwargs}", "sft.steps=0", "eval_before=true",
                 "progress=false", f"run_dir={args.run_root}/seed{seed}-{algo}",
             ])
-            policy = build_policy(cfg)
+            # the tiny model's tokenizer is built from the seed's demonstrations: take the warm start's
+            policy = build_policy(cfg if args.warm_start_seed is None else base)
             policy.load_state_dict(state)
             summary = run_training(cfg, policy=policy, echo=lambda line, a=algo, s=seed: print(f"[{a} seed {s}] {line}"))
             before, after = summary["evals"]["initial"], summary["evals"]["after RL"]
