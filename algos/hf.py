@@ -228,13 +228,7 @@ class HFPolicy(nn.Module):
                 rows.append(i)
                 answers.append(cmd)
         # the prompts once, left-padded so that every prompt ends at the same position
-        width = max(len(p) for p in prompt_ids)
-        ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
-        for i, p in enumerate(prompt_ids):
-            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p):] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
+        ids, mask = self._left_padded(prompt_ids)
         cache = tf.DynamicCache()
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
                          past_key_values=cache, use_cache=True, logits_to_keep=1)
@@ -287,14 +281,7 @@ class HFPolicy(nn.Module):
         if sampling.seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(int(sampling.seed))
         rows = len(prompt_ids)
-        width = max(len(p) for p in prompt_ids)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.full((rows, width), pad, dtype=torch.long)
-        mask = torch.zeros((rows, width), dtype=torch.long)
-        for i, p in enumerate(prompt_ids):
-            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
+        ids, mask = self._left_padded(prompt_ids)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = tf.DynamicCache()
         out = self.model(
@@ -329,6 +316,16 @@ class HFPolicy(nn.Module):
             Generation(self.response_prefix + self._decode(r, sampling.stop), list(p), r, lp, f)
             for p, r, lp, f in zip(prompt_ids, responses, logps, finished)
         ]
+
+    def _left_padded(self, prompt_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Ids and attention mask with every prompt ending at the same position (for a shared KV cache)."""
+        width = max(len(p) for p in prompt_ids)
+        ids = torch.full((len(prompt_ids), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+        for i, p in enumerate(prompt_ids):
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
+        return ids.to(self.device), mask.to(self.device)
 
     def _hit_stop(self, response: list[int], stop: tuple[str, ...]) -> bool:
         tail = self.tokenizer.decode(response[-16:], skip_special_tokens=True)
