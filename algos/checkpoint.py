@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from gigpo_gym.core.data import write_atomically
+
 POLICY_FILE = "policy.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
 STATE_FILE = "state.json"
@@ -38,13 +40,6 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def save_checkpoint(
@@ -68,7 +63,7 @@ def save_checkpoint(
         os.replace(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    _write_atomic(root / LATEST_FILE, target.name + "\n")
+    write_atomically(root / LATEST_FILE, target.name + "\n")
     for old in list_checkpoints(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return target

@@ -55,6 +55,7 @@ def run_train_command(args: argparse.Namespace) -> int:
     if args.no_progress:
         overrides.append("progress=false")
     try:
+        _reset_algo_kwargs(args, overrides)
         cfg = load_config(args.config, overrides)
         summary = run_training(cfg, resume=args.resume)
     except (ConfigError, CheckpointError) as e:
@@ -67,3 +68,21 @@ def run_train_command(args: argparse.Namespace) -> int:
         print(f"learning curve: {summary['curve']}")
     print(f"took {summary['seconds'] / 60:.1f} min")
     return 0
+
+
+def _reset_algo_kwargs(args: argparse.Namespace, overrides: list[str]) -> None:
+    """``--algo X`` on a config written for another algorithm drops that algorithm's kwargs.
+
+    ``configs/demo.yaml`` sets GiGPO's ``gamma``; ``--algo grpo`` should just run GRPO
+    (with its defaults) rather than fail on a key GRPO does not have.  Kwargs given with
+    ``--set algo.kwargs...`` are kept.
+    """
+    from gigpo_gym.algos.config import load_config
+
+    if args.algo is None or any(o.strip().startswith("algo.kwargs") for o in args.overrides):
+        return
+    written = load_config(args.config, args.overrides).algo
+    if written.name != args.algo and written.kwargs:
+        print(f"note: --algo {args.algo} replaces {written.name}; its algo.kwargs {written.kwargs} are not used",
+              file=sys.stderr)
+        overrides.append("algo.kwargs={}")

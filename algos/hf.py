@@ -202,78 +202,96 @@ class HFPolicy(nn.Module):
             self.train(was_training)
 
     def _choose(self, prompt_ids: list[list[int]], options: list[list[str]], sampling: SamplingParams,
-                chunk: int = 512) -> list[Generation]:
+                rows_per_pass: int = 8) -> list[Generation]:
         """Pick one admissible action per row: softmax over the candidates' summed log-probs.
 
         Each candidate is scored as the full answer ``<action>cmd</action>`` + eos, so the
         choice is what the model would most likely have written among valid answers
-        (constrained decoding over a closed set).  Prompts are encoded once and their KV
-        cache shared by all of their candidates.  The Generation carries the model's
+        (constrained decoding over a closed set).  The Generation carries the model's
         token log-probs of the chosen answer, which is what ``log_probs`` recomputes in
         the update; raising them raises the answer's share among the candidates.
         """
-        tf = _transformers()
         gen = self._generator
         if sampling.seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(int(sampling.seed))
-        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        eos = self.tokenizer.eos_token_id
         cut = len(self.response_prefix)
         encoded: dict[str, list[int]] = {}
-        rows, answers = [], []
-        for i, cmds in enumerate(options):
-            for cmd in cmds or [""]:
-                if cmd not in encoded:
-                    answer = f"<action>{cmd}</action>"[cut:]
-                    encoded[cmd] = list(self.tokenizer(answer, add_special_tokens=False)["input_ids"]) + [eos]
-                rows.append(i)
-                answers.append(cmd)
-        # the prompts once, left-padded so that every prompt ends at the same position
-        ids, mask = self._left_padded(prompt_ids)
-        cache = tf.DynamicCache()
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)
-        first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
-        lengths = mask.sum(-1)
-        token_logps: list[list[float]] = []
-        for start in range(0, len(rows), chunk):
-            part = torch.tensor(rows[start:start + chunk], device=self.device)
-            cands = [encoded[c] for c in answers[start:start + chunk]]
-            longest = max(len(c) for c in cands)
-            cand = torch.full((len(cands), longest), pad, dtype=torch.long)
-            cmask = torch.zeros((len(cands), longest), dtype=torch.long)
-            for j, c in enumerate(cands):
-                cand[j, : len(c)] = torch.tensor(c, dtype=torch.long)
-                cmask[j, : len(c)] = 1
-            cand, cmask = cand.to(self.device), cmask.to(self.device)
-            shared = tf.DynamicCache()
-            for layer, kv in enumerate(cache.layers):
-                shared.update(kv.keys.index_select(0, part), kv.values.index_select(0, part), layer)
-            logp = torch.empty(cand.shape, dtype=torch.float32, device=self.device)
-            logp[:, 0] = first[part].gather(-1, cand[:, :1]).squeeze(-1)
-            if longest > 1:
-                more = self.model(
-                    input_ids=cand[:, :-1], attention_mask=torch.cat([mask[part], cmask[:, :-1]], dim=1),
-                    position_ids=lengths[part, None] + torch.arange(longest - 1, device=self.device)[None, :],
-                    past_key_values=shared, use_cache=True,
-                )
-                logp[:, 1:] = torch.log_softmax(more.logits.float(), dim=-1).gather(-1, cand[:, 1:, None]).squeeze(-1)
-            logp = logp.cpu()
-            token_logps += [logp[j, : len(c)].tolist() for j, c in enumerate(cands)]
-        out_gens = []
-        k = 0
-        for i, cmds in enumerate(options):
-            n = max(len(cmds), 1)
-            totals = torch.tensor([sum(token_logps[k + j]) for j in range(n)], dtype=torch.float64)
+        for cmd in {c for cmds in options for c in (cmds or [""])}:
+            answer = f"<action>{cmd}</action>"[cut:]
+            encoded[cmd] = list(self.tokenizer(answer, add_special_tokens=False)["input_ids"]) + [eos]
+        choices = [list(cmds) or [""] for cmds in options]
+        token_logps: list[list[list[float]]] = []
+        for lo in range(0, len(prompt_ids), rows_per_pass):
+            token_logps += self._score_answers(prompt_ids[lo:lo + rows_per_pass],
+                                               [[encoded[c] for c in cmds] for cmds in choices[lo:lo + rows_per_pass]])
+        out = []
+        for i, (cmds, logps) in enumerate(zip(choices, token_logps)):
+            totals = torch.tensor([sum(lp) for lp in logps], dtype=torch.float64)
             if sampling.temperature == 0:
                 pick = int(totals.argmax())
             else:
                 probs = torch.softmax(totals / sampling.temperature, dim=0).float().to(self.device)
                 pick = int(torch.multinomial(probs, 1, generator=gen))
-            cmd = answers[k + pick]
-            out_gens.append(Generation(f"<action>{cmd}</action>", list(prompt_ids[i]), list(encoded[cmd]),
-                                       list(token_logps[k + pick]), True))
-            k += n
-        return out_gens
+            cmd = cmds[pick]
+            out.append(Generation(f"<action>{cmd}</action>", list(prompt_ids[i]), list(encoded[cmd]), logps[pick], True))
+        return out
+
+    @torch.no_grad()
+    def _score_answers(self, prompt_ids: list[list[int]], answers: list[list[list[int]]]) -> list[list[list[float]]]:
+        """Token log-probs of each row's candidate answers, in two forward passes.
+
+        The prompts run once (left-padded, KV cached).  Then each row's candidates run
+        packed one after another in a single sequence on top of that cache, with a 4-D
+        mask letting a candidate see the prompt and its own earlier tokens only, and
+        positions restarting after the prompt for every candidate.  No candidate copies
+        the prompt's cache, which is what made scoring dozens of commands after a
+        long prompt slow and memory-hungry.
+        """
+        tf = _transformers()
+        ids, mask = self._left_padded(prompt_ids)
+        cache = tf.DynamicCache()
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
+        rows, width = ids.shape
+        packed = max(sum(len(a) - 1 for a in cands) for cands in answers)
+        blocked = torch.finfo(self.model.dtype).min
+        inputs = torch.full((rows, max(packed, 1)), self.tokenizer.pad_token_id, dtype=torch.long)
+        positions = torch.zeros((rows, max(packed, 1)), dtype=torch.long)
+        allowed = torch.zeros((rows, max(packed, 1), width + max(packed, 1)), dtype=torch.bool)
+        allowed[:, :, :width] = mask[:, None, :].bool().cpu()
+        allowed[:, :, width:] = True  # filler queries past a row's end see everything (their output is unused)
+        starts: list[list[int]] = []
+        for r, cands in enumerate(answers):
+            length, at, row_starts = int(mask[r].sum()), 0, []
+            for a in cands:
+                n = len(a) - 1
+                row_starts.append(at)
+                if n:
+                    inputs[r, at:at + n] = torch.tensor(a[:-1], dtype=torch.long)
+                    positions[r, at:at + n] = length + torch.arange(n)
+                    allowed[r, at:at + n, width:] = False
+                    allowed[r, at:at + n, width + at:width + at + n] = torch.ones(n, n, dtype=torch.bool).tril()
+                at += n
+            starts.append(row_starts)
+        later = None
+        if packed:
+            bias = torch.zeros(allowed.shape, dtype=self.model.dtype).masked_fill_(~allowed, blocked)
+            more = self.model(input_ids=inputs.to(self.device), attention_mask=bias[:, None].to(self.device),
+                              position_ids=positions.to(self.device), past_key_values=cache, use_cache=True)
+            later = more.logits.float()
+        result = []
+        for r, cands in enumerate(answers):
+            row = []
+            for a, at in zip(cands, starts[r]):
+                logp = [float(first[r, a[0]])]
+                if len(a) > 1:
+                    step = torch.log_softmax(later[r, at:at + len(a) - 1], dim=-1)
+                    logp += step.gather(-1, torch.tensor(a[1:], device=self.device)[:, None]).squeeze(-1).tolist()
+                row.append(logp)
+            result.append(row)
+        return result
 
     def _generate(self, prompt_ids: list[list[int]], sampling: SamplingParams) -> list[Generation]:
         tf = _transformers()

@@ -34,6 +34,9 @@ def add_cli(subparsers) -> None:
     p.add_argument("--temperature", type=float, default=None,
                    help="LLM sampling temperature (default: 0 = greedy; checkpoints: their eval temperature)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="LLM response length cap")
+    p.add_argument("--choose-admissible", action="store_true",
+                   help="LLMs answer by choosing among the admissible actions with their own likelihoods (WebShop's "
+                        "search[<query>] filled with the instruction) instead of free generation; not for SearchQA")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
     p.add_argument("--batch-size", type=int, default=16, help="prompts per generate call")
     p.add_argument("--backend", choices=("sync", "async"), default="sync", help="grouped vector env backend")
@@ -74,7 +77,8 @@ def _run(args: argparse.Namespace) -> int:
     specs = [load_spec(n, args.specs_dir) for n in names]  # every spec is checked before anything runs
     for spec in specs:
         loaded = resolve_policy(args.policy, spec.env_id, device=args.device, seed=args.seed,
-                                temperature=args.temperature, max_new_tokens=args.max_new_tokens, name=args.name)
+                                temperature=args.temperature, max_new_tokens=args.max_new_tokens, name=args.name,
+                                choose_admissible=args.choose_admissible)
         result = run_spec(spec, loaded, episodes=args.episodes, backend=args.backend, batch_size=args.batch_size,
                           progress=not args.no_progress)
         path = write_result(result, Path(args.results_dir) / result_filename(result))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import gymnasium as gym
 
 from gigpo_gym.core.anchor import digest
+from gigpo_gym.core.data import write_atomically
 
 RESULT_VERSION = 1
 SPEC_VERSION = 1
@@ -165,10 +165,7 @@ def write_result(result: dict[str, Any], path: str | Path) -> Path:
     validate_result(result, str(path))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(result, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(result, indent=1, sort_keys=True) + "\n")
     return path
 
 

@@ -48,6 +48,29 @@ class RandomConcretePolicy:
         return out
 
 
+class ConcreteChoice:
+    """An HF policy choosing among the admissible actions, templated ones filled first.
+
+    WebShop's ``search[<query>]`` becomes ``search[<instruction>]`` (as for
+    ``random-search``), so every candidate is one concrete command; ALFWorld's
+    actions are concrete already and pass through unchanged.
+    """
+
+    needs_context = ("admissible_actions", "instruction")
+
+    def __init__(self, policy: Any):
+        self.policy = policy
+
+    def generate(self, prompts, sampling, contexts=None):
+        from gigpo_gym.wrappers.sb3 import concrete_actions
+
+        if contexts is None or len(contexts) != len(prompts):
+            raise ValueError("admissible choice needs one context (admissible_actions, instruction) per prompt")
+        filled = [{**c, "admissible_actions": concrete_actions(c.get("admissible_actions") or [], c.get("instruction"))}
+                  for c in contexts]
+        return self.policy.generate(prompts, sampling, filled)
+
+
 @dataclass
 class LoadedPolicy:
     """A policy plus everything that decides how it is evaluated (recorded in the result)."""
@@ -86,8 +109,33 @@ def _llm_sampling(env_id: str, temperature: float, max_new_tokens: int | None, s
 
 
 def resolve_policy(text: str, env_id: str, *, device: str = "auto", seed: int = 0, temperature: float | None = None,
-                   max_new_tokens: int | None = None, name: str | None = None) -> LoadedPolicy:
-    """The policy a SPEC string names, set up for ``env_id`` (errors say what was expected)."""
+                   max_new_tokens: int | None = None, name: str | None = None,
+                   choose_admissible: bool = False) -> LoadedPolicy:
+    """The policy a SPEC string names, set up for ``env_id`` (errors say what was expected).
+
+    ``choose_admissible`` makes an LLM policy answer with one of the admissible actions,
+    picked by its own likelihoods (``HFPolicy(choose_admissible=True)``).
+    """
+    loaded = _resolve(text, env_id, device=device, seed=seed, temperature=temperature,
+                      max_new_tokens=max_new_tokens, name=name)
+    return _choosing(loaded, env_id, custom_name=name is not None) if choose_admissible else loaded
+
+
+def _choosing(loaded: LoadedPolicy, env_id: str, custom_name: bool) -> LoadedPolicy:
+    from gigpo_gym.algos.hf import HFPolicy
+
+    if not isinstance(loaded.policy, HFPolicy):
+        raise LeaderboardError(f"--choose-admissible is for LLM policies; {loaded.spec!r} is a {loaded.kind} policy")
+    if not _command_env(env_id):
+        raise LeaderboardError(f"--choose-admissible needs admissible actions; {env_id} has an open action space")
+    loaded.policy.choose_admissible = True
+    name = loaded.name if custom_name else f"{loaded.name}, admissible choice"
+    return replace(loaded, policy=ConcreteChoice(loaded.policy), name=name,
+                   details={**loaded.details, "choose_admissible": True})
+
+
+def _resolve(text: str, env_id: str, *, device: str, seed: int, temperature: float | None,
+             max_new_tokens: int | None, name: str | None) -> LoadedPolicy:
     from gigpo_gym.algos.reference import ExpertPolicy, RandomAdmissiblePolicy
 
     text = str(text).strip()

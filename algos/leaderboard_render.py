@@ -22,6 +22,8 @@ PAPER_MARK = "reported by the paper"
 PERCENT = ("success", "score", "em", "f1")
 #: Display order of policy kinds inside one table.
 KIND_ORDER = {"expert": 0, "checkpoint": 1, "hf": 2, "smollm2": 3, "sb3": 4, "random": 5}
+#: Policy kinds that decode with an LLM (greedy or sampled).
+LLM_KINDS = ("checkpoint", "hf", "smollm2")
 ALFWORLD_TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")
 
 
@@ -56,10 +58,10 @@ def _spec_table(rows: list[dict[str, Any]]) -> list[str]:
     types = sorted({t for r in rows for t in r["per_task_type"]},
                    key=lambda t: (ALFWORLD_TYPES.index(t) if t in ALFWORLD_TYPES else 99, t))
     show_types = len(types) > 1
-    head = ["policy", *metrics, *(types if show_types else []), "episodes", "crashed", "mean steps", "wall s", "config"]
+    head = ["policy", "decoding", *metrics, *(types if show_types else []), "episodes", "crashed", "mean steps", "wall s", "config"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["policy"]["name"]]
+        cells = [r["policy"]["name"], _decoding(r)]
         cells += [fmt(r["metrics"][m]) for m in metrics]
         if show_types:
             cells += [fmt(r["per_task_type"][t]) if t in r["per_task_type"] else "–" for t in types]
@@ -67,6 +69,15 @@ def _spec_table(rows: list[dict[str, Any]]) -> list[str]:
                   f"{r['wall_seconds']:.0f}", f"`{r['config_hash'][:8]}`"]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _decoding(result: dict[str, Any]) -> str:
+    """"greedy" or "sampled, T=..." for LLM policies (a sampled row repeats within its stderr)."""
+    if result["policy"]["kind"] not in LLM_KINDS:
+        return "–"
+    if result["policy"]["deterministic"]:
+        return "greedy"
+    return f"sampled, T={result['sampling'].get('temperature', 0):g}"
 
 
 def _paper_section(paper: dict[str, Any]) -> list[str]:
@@ -105,7 +116,10 @@ def render_markdown(by_spec: dict[str, list[dict[str, Any]]], paper: dict[str, A
         "(do not edit by hand). Success, score, EM and F1 are percentages, ± one standard error of the mean "
         "over episodes. A crashed episode counts as a failure and is counted in *crashed*. *config* is the "
         "result's config hash (spec + policy + sampling + episodes + package version); rerunning "
-        "`gigpo-gym leaderboard --policy SPEC --envs NAME` with the same hash reproduces the row.",
+        "`gigpo-gym leaderboard --policy SPEC --envs NAME` with the same hash reproduces the row: exactly for "
+        "deterministic policies (greedy decoding included), and for *sampled* LLM rows exactly with the same "
+        "`--seed` and `--batch-size`, otherwise within the standard error. Rows with fewer episodes than the "
+        "spec (slow models) played the spec's first episodes.",
         "",
     ]
     for name, rows in by_spec.items():

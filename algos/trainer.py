@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from gigpo_gym.algos import checkpoint as ckpt
-from gigpo_gym.algos.config import TrainConfig, config_to_dict, save_config
+from gigpo_gym.algos.config import ConfigError, TrainConfig, config_to_dict, save_config
 from gigpo_gym.algos.loss import LossWeights, policy_loss, value_loss
 from gigpo_gym.algos.metrics import append_jsonl, plot_curve, read_jsonl, rollout_metrics
 from gigpo_gym.algos.policy import SamplingParams, TokenBatch
@@ -63,7 +63,10 @@ def build_policy(cfg: TrainConfig):
 def _algorithm(cfg: TrainConfig):
     from gigpo_gym.algos.registry import get_algorithm
 
-    return get_algorithm(cfg.algo.name, **cfg.algo.kwargs)
+    try:
+        return get_algorithm(cfg.algo.name, **cfg.algo.kwargs)
+    except (TypeError, ValueError) as e:  # an unknown name or key, a bad value: the config's fault
+        raise ConfigError(f"algo: {e}") from None
 
 
 def _wrapper(cfg: TrainConfig):
@@ -270,17 +273,14 @@ REFERENCE_FILE = "reference.safetensors"
 
 
 def _save_reference(trainer: Trainer) -> None:
-    import os
-    import tempfile
-
     from safetensors.torch import save_model
+
+    from gigpo_gym.core.data import replacing
 
     if trainer.reference is None:
         return
-    fd, tmp = tempfile.mkstemp(prefix=".reference-", dir=trainer.run_dir)
-    os.close(fd)
-    save_model(trainer.reference, tmp)
-    os.replace(tmp, trainer.run_dir / REFERENCE_FILE)
+    with replacing(trainer.run_dir / REFERENCE_FILE) as tmp:
+        save_model(trainer.reference, str(tmp))
 
 
 def _load_reference(trainer: Trainer) -> None:

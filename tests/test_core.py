@@ -93,3 +93,23 @@ def test_servers_warn_before_binding_beyond_loopback(capsys):
     assert "binding 0.0.0.0 exposes the shop beyond this machine" in capsys.readouterr().err
     warn_if_public("example.internal", "retriever")
     assert "use 127.0.0.1 to keep the retriever private" in capsys.readouterr().err
+
+
+def test_atomic_writes_keep_the_old_file_on_failure_and_use_normal_permissions(tmp_path):
+    from gigpo_gym.core.data import replacing, write_atomically
+
+    target = tmp_path / "result.json"
+    write_atomically(target, "old")
+    umask = os.umask(0o022)
+    try:
+        write_atomically(target, "new ✓")
+    finally:
+        os.umask(umask)
+    assert target.read_text(encoding="utf-8") == "new ✓"
+    assert target.stat().st_mode & 0o777 == 0o644  # readable by others, like any written file
+    with pytest.raises(RuntimeError):
+        with replacing(target) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("writer died")
+    assert target.read_text(encoding="utf-8") == "new ✓"
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]  # no temporary file left

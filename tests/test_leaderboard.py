@@ -103,6 +103,32 @@ def test_random_search_fills_the_webshop_query_with_the_instruction():
     assert result["metrics"]["score"]["mean"] > 0.0  # searching the instruction reaches products
 
 
+def test_an_llm_choosing_admissible_actions_plays_only_valid_concrete_commands(tmp_path: Path):
+    from gigpo_gym.algos.tiny import TinySpec, build_tiny
+
+    corpus = ["<action>search[red shoes]</action>", "<action>go to cabinet 1</action>", "<action>look</action>"] * 4
+    model = str(build_tiny(corpus, TinySpec(vocab_size=300, hidden_size=32, intermediate_size=64, num_layers=1,
+                                            num_heads=2, num_kv_heads=1), name="leaderboard-choice"))
+    for name in ("webshop-test", "alfworld-valid_seen"):
+        spec = load_spec(name)
+        loaded = resolve_policy(model, spec.env_id, device="cpu", choose_admissible=True)
+        assert loaded.name.endswith("zero-shot, admissible choice") and loaded.details["choose_admissible"]
+        [search] = loaded.policy.generate(["Search for red shoes."], loaded.sampling,
+                                          [{"admissible_actions": ["search[<query>]"], "instruction": "red shoes"}])
+        assert search.text == "<action>search[red shoes]</action>"  # the template is filled, never played literally
+        result = run_spec(spec, loaded, episodes=2, progress=False)
+        validate_result(result)
+        assert result["counts"]["crashed"] == 0
+        assert result["metrics"]["invalid_rate"]["mean"] == 0.0
+        again = run_spec(spec, resolve_policy(model, spec.env_id, device="cpu", choose_admissible=True), episodes=2,
+                         progress=False)
+        assert again["episodes"] == result["episodes"]  # greedy choice: the same episodes
+    with pytest.raises(LeaderboardError, match="open action space"):
+        resolve_policy(model, "gigpo_gym/SearchQA-v0", device="cpu", choose_admissible=True)
+    with pytest.raises(LeaderboardError, match="for LLM policies"):
+        resolve_policy("random", "gigpo_gym/ALFWorld-v0", choose_admissible=True)
+
+
 def test_fewer_episodes_play_the_first_tasks_of_the_spec():
     three = _run("alfworld-valid_unseen", "expert", episodes=3)
     two = _run("alfworld-valid_unseen", "expert", episodes=2)
@@ -183,7 +209,12 @@ def test_render_merges_results_and_marks_the_paper_rows(small_results, tmp_path:
     text = table.read_text()
     for name in SPEC_NAMES:
         assert f"Spec `{name}` v1" in text
-    assert "| expert (upper bound) | 100.0 ± 0.0 |" in text
+    assert "| expert (upper bound) | – | 100.0 ± 0.0 |" in text  # no decoding: not an LLM
+    sampled = copy.deepcopy(small_results[("searchqa-test", "random")])
+    sampled["policy"].update(kind="checkpoint", name="tiny sampled", deterministic=False)
+    sampled["sampling"]["temperature"] = 1.0
+    write_result(sampled, tmp_path / result_filename(sampled))
+    assert "| tiny sampled | sampled, T=1 |" in render(tmp_path)[0].read_text()
     assert f"| Qwen2.5-1.5B GiGPO w/ std | {PAPER_MARK} | 86.7 |" in text
     assert chart is not None and chart.stat().st_size > 1000
 

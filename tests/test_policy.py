@@ -173,6 +173,20 @@ def test_choose_admissible_answers_with_one_of_the_row_s_actions(tiny_path, tmp_
     assert HFPolicy.load(tmp_path / "chooser", device="cpu").choose_admissible
 
 
+def test_admissible_scores_match_one_sequence_at_a_time_scoring(tiny_path):
+    """Packed candidates over left-padded prompts give each answer's own log-probs."""
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", choose_admissible=True)
+    prompts = [policy.encode_prompt(p) for p in (PROMPTS[0], PROMPTS[1] + " " + PROMPTS[1], "room")]
+    eos = policy.tokenizer.eos_token_id
+    texts = [["go east", "wait now go west", ""], ["wait"], ["go west", "go east go east go east", "wait", "go east"]]
+    answers = [[policy.tokenizer(f"<action>{t}</action>")["input_ids"] + [eos] for t in row] for row in texts]
+    packed = policy._score_answers(prompts, answers)
+    for prompt, row, got in zip(prompts, answers, packed):
+        expected = policy.log_probs(TokenBatch([prompt] * len(row), row)).log_probs
+        for answer, want, logps in zip(row, expected, got):
+            torch.testing.assert_close(torch.tensor(logps), want[: len(answer)], atol=1e-4, rtol=1e-4)
+
+
 def test_word_pieces_share_names_across_texts():
     words = train_tokenizer(["put a mug in the sinkbasin", "<action>take mug 1 from cabinet 2</action>"] * 8, 300, "words")
     goal, command = words.tokenize("put a mug in the sinkbasin"), words.tokenize("take mug 1 from cabinet 2")

@@ -54,6 +54,15 @@ def test_reset_shows_the_question_and_declares_the_protocol(env):
     assert "<search>" in env.metadata["prompt_intro"] and "<answer>" in env.metadata["prompt_intro"]
 
 
+def test_the_llm_prompt_asks_for_search_or_answer_tags_not_command_tags():
+    from gigpo_gym.wrappers import HistoryPrompt
+
+    obs, _ = HistoryPrompt(gym.make("gigpo_gym/SearchQA-v0"), history_length=2).reset(seed=0)
+    closing = obs.rstrip().splitlines()[-1]
+    assert "<search> query </search>" in closing and "<answer> answer </answer>" in closing
+    assert "<action>" not in obs  # SearchQA's actions are its own tags
+
+
 def test_search_returns_information_block_with_topk_docs(env):
     env.reset(seed=1)
     obs, reward, terminated, truncated, info = env.step("<think>look it up</think><search> In which city </search>")

@@ -111,6 +111,33 @@ def test_shipped_configs_load_and_the_cli_names_bad_keys(tmp_path, capsys):
     assert "unknown config key 'optim.lr_rate'" in capsys.readouterr().err
 
 
+def test_algo_flag_drops_the_other_algorithms_kwargs_and_bad_algo_keys_are_config_errors(tmp_path, capsys):
+    import argparse
+    from pathlib import Path
+
+    from gigpo_gym.algos.cli import _reset_algo_kwargs, add_cli
+    from gigpo_gym.algos.trainer import Trainer
+
+    demo = str(Path(__file__).resolve().parents[1] / "configs" / "demo.yaml")
+    parser = argparse.ArgumentParser()
+    add_cli(parser.add_subparsers())
+    args = parser.parse_args(["train", "--config", demo, "--algo", "grpo"])
+    overrides = ["algo.name=grpo"]
+    _reset_algo_kwargs(args, overrides)
+    assert load_config(demo, overrides).algo.kwargs == {}  # demo.yaml's GiGPO gamma is not passed to GRPO
+    assert "algo.kwargs {'gamma': 0.95} are not used" in capsys.readouterr().err
+    kept = parser.parse_args(["train", "--config", demo, "--algo", "gigpo", "--set", "algo.kwargs.gamma=0.9"])
+    overrides = list(kept.overrides)
+    _reset_algo_kwargs(kept, overrides)
+    assert load_config(demo, overrides).algo.kwargs == {"gamma": 0.9}
+    with pytest.raises(ConfigError, match=r"algo: grpo: unknown config key 'gamma'"):
+        Trainer(load_config(demo, ["algo.name=grpo", f"run_dir={tmp_path / 'run'}"]))
+    bad = parser.parse_args(["train", "--set", "algo.kwargs.gama=0.9", "--run-dir", str(tmp_path / "bad")])
+    assert bad.func(bad) == 2
+    err = capsys.readouterr().err
+    assert "unknown config key 'gama'" in err and "Did you mean 'gamma'" in err
+
+
 def test_demonstrations_pass_expert_kwargs_and_answer_from_the_prompt_s_actions():
     from gigpo_gym.algos.rollout import llm_wrapper
     from gigpo_gym.algos.sft import expert_demonstrations

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
 
 def cache_dir(*parts: str) -> Path:
@@ -32,3 +35,32 @@ def resolve_data_dir(data_dir: str | os.PathLike | None, env_var: str) -> Path |
         source = "data_dir" if data_dir is not None else f"${env_var}"
         raise FileNotFoundError(f"{source} names {str(path)!r}, which is not a directory")
     return path
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path beside ``path`` that replaces ``path`` when the block succeeds.
+
+    Readers see the old file or the complete new one, never half of it; concurrent
+    writers never mix; on an exception the temporary file is removed.  The new file
+    gets the permissions of any file created here (mkstemp's would be owner-only).
+    """
+    path = Path(path)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_atomically(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` through ``replacing`` (UTF-8)."""
+    with replacing(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from gigpo_gym.core.data import replacing
 from gigpo_gym.envs.alfworld.env import ALFWorldEnv
 
 MAX_STEPS = 50
@@ -62,15 +62,9 @@ def export_expert_demos(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = 0
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            for index in indices:
-                for row in expert_episode(env, index):
-                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
-                    rows += 1
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
+        for index in indices:
+            for row in expert_episode(env, index):
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                rows += 1
     return rows

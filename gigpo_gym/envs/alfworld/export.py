@@ -23,7 +23,8 @@ from typing import Any, Iterable
 
 from gigpo_gym.envs.alfworld.engine import Engine
 from gigpo_gym.envs.alfworld.expert import expert_plan
-from gigpo_gym.envs.alfworld.gamefile_writer import alfworld_logic_files, write_atomically, write_game_file
+from gigpo_gym.core.data import write_atomically
+from gigpo_gym.envs.alfworld.gamefile_writer import alfworld_logic_files, write_game_file
 from gigpo_gym.envs.alfworld.tasks import GeneratedTasks, normalize_task_types
 from gigpo_gym.envs.alfworld.world import World
 

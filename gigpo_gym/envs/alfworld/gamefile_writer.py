@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from gigpo_gym.core.data import write_atomically
 from gigpo_gym.envs.alfworld.world import FLAG_PREDICATES, World
 
 _PRED_CASE = {
@@ -140,13 +140,3 @@ def write_game_file(
     return path
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write through a temporary file of a unique name, so concurrent writers never mix."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise

@@ -43,7 +43,14 @@ from gigpo_gym.core.data import resolve_data_dir
 from gigpo_gym.core.env import TextEnv, derive_seed
 from gigpo_gym.envs.searchqa.dataset import locate
 from gigpo_gym.envs.searchqa.factory import check_retriever_name, is_url, open_retriever, shared_questions
-from gigpo_gym.envs.searchqa.protocol import ACTION_TAGS, INVALID_MESSAGE, PROMPT_INTRO, format_information, parse_action
+from gigpo_gym.envs.searchqa.protocol import (
+    ACTION_FORMAT,
+    ACTION_TAGS,
+    INVALID_MESSAGE,
+    PROMPT_INTRO,
+    format_information,
+    parse_action,
+)
 from gigpo_gym.envs.searchqa.questions import Question
 from gigpo_gym.envs.searchqa.retrieval import MAX_QUERY_CHARS, MAX_TOPK
 from gigpo_gym.envs.searchqa.reward import exact_match, f1_score
@@ -55,7 +62,8 @@ _OPTIONS = ("task_id",)
 class SearchQAEnv(TextEnv):
     """Search-augmented question answering (see the module docstring for the full contract)."""
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4, "action_tags": ACTION_TAGS, "prompt_intro": PROMPT_INTRO}
+    metadata = {"render_modes": ["ansi"], "render_fps": 4, "action_tags": ACTION_TAGS, "prompt_intro": PROMPT_INTRO,
+                "action_format": ACTION_FORMAT}
     max_action_length = 16384
 
     def __init__(

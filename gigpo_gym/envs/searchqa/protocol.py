@@ -34,6 +34,12 @@ PROMPT_INTRO = (
     "explanations, for example <answer> Beijing </answer>."
 )
 
+#: The closing line of a prompt (``metadata["action_format"]``): the reply is one tagged action.
+ACTION_FORMAT = (
+    "Think step by step inside <think> </think> if you need to, then write exactly one action: "
+    "<search> query </search> or <answer> answer </answer>."
+)
+
 
 @dataclass(frozen=True)
 class Action:
