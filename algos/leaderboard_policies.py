@@ -23,6 +23,15 @@ from gigpo_gym.algos.policy import SamplingParams
 NAMED = ("random", "random-search", "expert", "smollm2")
 
 
+def _concrete_options(prompts, contexts, who: str) -> list[list[str]]:
+    """Each row's admissible actions with ``<query>`` filled by its ``instruction`` (if any)."""
+    from gigpo_gym.wrappers.sb3 import concrete_actions
+
+    if contexts is None or len(contexts) != len(prompts):
+        raise ValueError(f"{who} needs one context (admissible_actions, instruction) per prompt")
+    return [concrete_actions(c.get("admissible_actions") or [], c.get("instruction")) for c in contexts]
+
+
 class RandomConcretePolicy:
     """Random admissible action, with templated ones (WebShop's ``search[<query>]``) filled
     with the task's instruction: a random baseline that can reach a product at all."""
@@ -36,13 +45,9 @@ class RandomConcretePolicy:
 
     def generate(self, prompts, sampling, contexts=None):
         from gigpo_gym.algos.policy import Generation
-        from gigpo_gym.wrappers.sb3 import concrete_actions
 
-        if contexts is None or len(contexts) != len(prompts):
-            raise ValueError("RandomConcretePolicy needs one context (admissible_actions, instruction) per prompt")
         out = []
-        for ctx in contexts:
-            options = concrete_actions(ctx.get("admissible_actions") or [], ctx.get("instruction"))
+        for options in _concrete_options(prompts, contexts, "RandomConcretePolicy"):
             action = options[int(self._rng.integers(len(options)))] if options else ""
             out.append(Generation(text=f"<action>{action}</action>", prompt_ids=[], response_ids=[], log_probs=[]))
         return out
@@ -62,13 +67,8 @@ class ConcreteChoice:
         self.policy = policy
 
     def generate(self, prompts, sampling, contexts=None):
-        from gigpo_gym.wrappers.sb3 import concrete_actions
-
-        if contexts is None or len(contexts) != len(prompts):
-            raise ValueError("admissible choice needs one context (admissible_actions, instruction) per prompt")
-        filled = [{**c, "admissible_actions": concrete_actions(c.get("admissible_actions") or [], c.get("instruction"))}
-                  for c in contexts]
-        return self.policy.generate(prompts, sampling, filled)
+        options = _concrete_options(prompts, contexts, "admissible choice")
+        return self.policy.generate(prompts, sampling, [{**c, "admissible_actions": o} for c, o in zip(contexts, options)])
 
 
 @dataclass
