@@ -201,7 +201,7 @@ def _find_checkpoint(path: Path) -> tuple[Path, Path] | None:
 def _load_checkpoint(found, text, env_id, device, seed, temperature, max_new_tokens, name) -> LoadedPolicy:
     from gigpo_gym.algos import checkpoint as ckpt
     from gigpo_gym.algos.config import ConfigError, load_config
-    from gigpo_gym.algos.trainer import build_policy
+    from gigpo_gym.algos.trainer import build_policy, prompt_settings
 
     folder, run_dir = found
     config_file = run_dir / "config.yaml"
@@ -217,9 +217,7 @@ def _load_checkpoint(found, text, env_id, device, seed, temperature, max_new_tok
     temp = s.eval_temperature if temperature is None else float(temperature)
     sampling = SamplingParams(max_new_tokens=max_new_tokens or s.max_new_tokens, temperature=temp, stop=tuple(s.stop),
                               seed=seed)
-    prompt = {"history_length": cfg.env.history_length, "intro": cfg.env.prompt_intro,
-              "action_format": cfg.env.action_format, "anchor_mode": cfg.env.anchor_mode,
-              "task_key": cfg.env.task_key}
+    prompt = prompt_settings(cfg)
     details = {"checkpoint": str(folder), "iteration": int(state.get("iteration", 0)), "algo": cfg.algo.name,
                "model": cfg.model.name, "trained_on": cfg.env.id, "config_digest": state.get("config_digest")}
     if cfg.env.id != env_id:

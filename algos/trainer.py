@@ -69,12 +69,15 @@ def _algorithm(cfg: TrainConfig):
         raise ConfigError(f"algo: {e}") from None
 
 
-def _wrapper(cfg: TrainConfig):
+def prompt_settings(cfg: TrainConfig) -> dict[str, Any]:
+    """The prompt wrapper's settings of a run (``wrap_llm_env`` kwargs): evaluate as trained."""
     e = cfg.env
-    return llm_wrapper(
-        history_length=e.history_length, anchor_mode=e.anchor_mode, intro=e.prompt_intro, action_format=e.action_format,
-        task_key=e.task_key,
-    )
+    return {"history_length": e.history_length, "anchor_mode": e.anchor_mode, "intro": e.prompt_intro,
+            "action_format": e.action_format, "task_key": e.task_key}
+
+
+def _wrapper(cfg: TrainConfig):
+    return llm_wrapper(**prompt_settings(cfg))
 
 
 def _pad(rows: list[list[float]], width: int, device: torch.device) -> torch.Tensor:

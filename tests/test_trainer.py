@@ -50,6 +50,13 @@ def test_two_iterations_change_the_weights_and_resume_from_the_checkpoint(tmp_pa
     assert after_resume[-1] == 3 and after_resume.count(3) == 1
     assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter-000002", "iter-000003"]
 
+    from gigpo_gym.algos.leaderboard_policies import resolve_policy
+
+    loaded = resolve_policy(str(run), CORRIDOR_ID, device="cpu")  # the leaderboard evaluates it as trained
+    assert loaded.details["iteration"] == 3 and loaded.prompt["history_length"] == 1  # the run's, not the spec's 2
+    for (name, p), (_, q) in zip(loaded.policy.named_parameters(), new_policy.named_parameters()):
+        assert torch.equal(p, q), name
+
 
 def test_corrupted_checkpoint_is_a_clear_error_and_the_previous_one_stays_intact(tmp_path):
     cfg = small_config(tmp_path, "optim.kl_coef=0")
