@@ -1,5 +1,10 @@
 """Algorithms, policies and the trainer (installed as ``gigpo_gym.algos``).
 
+Sub-packages, from the bottom up: ``estimators`` (advantage rules on numpy arrays,
+no torch), ``policies`` (the one policy interface, the Hugging Face backend, the
+reference policies), ``training`` (rollout, loss, trainer), ``leaderboard``
+(fixed evaluation protocol).  docs/architecture.md draws the layers.
+
 The advantage side needs only numpy and pyarrow::
 
     from gigpo_gym.algos import StepBatch, get_algorithm
@@ -13,22 +18,22 @@ above never loads torch.
 from importlib import import_module
 from typing import Any
 
-from gigpo_gym.algos.batch import StepBatch
-from gigpo_gym.algos.registry import ENTRY_POINT_GROUP, Algorithm, algorithm_class, available_algorithms, get_algorithm, register_algorithm
+from gigpo_gym.algos.estimators.batch import StepBatch
+from gigpo_gym.algos.estimators.registry import ENTRY_POINT_GROUP, Algorithm, algorithm_class, available_algorithms, get_algorithm, register_algorithm
 
 #: Names served lazily from the torch side: name -> module.
 _LAZY = {
-    "HFPolicy": "hf",
-    "SamplingParams": "policy",
-    "Generation": "policy",
-    "TokenBatch": "policy",
-    "collect": "rollout",
-    "TrainConfig": "config",
-    "load_config": "config",
-    "Trainer": "trainer",
-    "run_training": "trainer",
-    "RandomAdmissiblePolicy": "reference",
-    "ExpertPolicy": "reference",
+    "HFPolicy": "policies.hf",
+    "SamplingParams": "policies.base",
+    "Generation": "policies.base",
+    "TokenBatch": "policies.base",
+    "RandomAdmissiblePolicy": "policies.reference",
+    "ExpertPolicy": "policies.reference",
+    "collect": "training.rollout",
+    "TrainConfig": "training.config",
+    "load_config": "training.config",
+    "Trainer": "training.trainer",
+    "run_training": "training.trainer",
 }
 
 

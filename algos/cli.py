@@ -43,9 +43,9 @@ def add_cli(subparsers) -> None:
 def run_train_command(args: argparse.Namespace) -> int:
     import yaml
 
-    from gigpo_gym.algos.checkpoint import CheckpointError
-    from gigpo_gym.algos.config import ConfigError, load_config
-    from gigpo_gym.algos.trainer import run_training
+    from gigpo_gym.algos.training.checkpoint import CheckpointError
+    from gigpo_gym.algos.training.config import ConfigError, load_config
+    from gigpo_gym.algos.training.trainer import run_training
 
     overrides = list(args.overrides)
     for flag, key in SHORTCUTS.items():
@@ -77,7 +77,7 @@ def _reset_algo_kwargs(args: argparse.Namespace, overrides: list[str]) -> None:
     (with its defaults) rather than fail on a key GRPO does not have.  Kwargs given with
     ``--set algo.kwargs...`` are kept.
     """
-    from gigpo_gym.algos.config import load_config
+    from gigpo_gym.algos.training.config import load_config
 
     if args.algo is None or any(o.strip().startswith("algo.kwargs") for o in args.overrides):
         return

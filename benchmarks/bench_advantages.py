@@ -30,7 +30,7 @@ from functools import partial
 import numpy as np
 
 from gigpo_gym.algos import StepBatch, get_algorithm
-from gigpo_gym.algos.rollout import Rollout
+from gigpo_gym.algos.training.rollout import Rollout
 
 
 def hex_strings(keys: np.ndarray) -> np.ndarray:

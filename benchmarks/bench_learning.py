@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gigpo_gym.algos.config import load_config
-from gigpo_gym.algos.trainer import Trainer, _warm_start, build_policy, run_training
+from gigpo_gym.algos.training.config import load_config
+from gigpo_gym.algos.training.trainer import Trainer, _warm_start, build_policy, run_training
 
 
 def warm_start(cfg) -> dict:

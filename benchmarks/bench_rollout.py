@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 
 import gigpo_gym
-from gigpo_gym.algos.config import load_config
-from gigpo_gym.algos.policy import SamplingParams
-from gigpo_gym.algos.rollout import collect
-from gigpo_gym.algos.trainer import _wrapper, build_policy
+from gigpo_gym.algos.training.config import load_config
+from gigpo_gym.algos.policies.base import SamplingParams
+from gigpo_gym.algos.training.rollout import collect
+from gigpo_gym.algos.training.trainer import _wrapper, build_policy
 
 
 def cpu_seconds() -> float:

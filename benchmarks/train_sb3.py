@@ -70,8 +70,8 @@ def main() -> None:
     p.add_argument("--no-eval", action="store_true")
     args = p.parse_args()
 
-    from gigpo_gym.algos.leaderboard import RESULTS_DIR, load_spec, result_filename, run_spec, write_result
-    from gigpo_gym.algos.leaderboard_policies import resolve_policy
+    from gigpo_gym.algos.leaderboard.runner import RESULTS_DIR, load_spec, result_filename, run_spec, write_result
+    from gigpo_gym.algos.leaderboard.policies import resolve_policy
 
     spec = load_spec(args.spec or ENVS[args.env][1])
     path, seconds = train(args.env, args.algo, args.timesteps, dim=args.dim, max_actions=args.max_actions,

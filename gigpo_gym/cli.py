@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 #: Modules that add sub-commands through ``add_cli(subparsers)`` (imported only if installed).
-CONTRIBUTORS = ("gigpo_gym.envs.alfworld.cli", "gigpo_gym.algos.cli", "gigpo_gym.algos.leaderboard_cli")
+CONTRIBUTORS = ("gigpo_gym.envs.alfworld.cli", "gigpo_gym.algos.cli", "gigpo_gym.algos.leaderboard.cli")
 #: Modules that add a server under ``gigpo-gym serve`` through ``add_serve_cli(subparsers)``.
 SERVERS = ("gigpo_gym.envs.searchqa.cli", "gigpo_gym.envs.webshop.cli")
 

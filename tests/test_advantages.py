@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gigpo_gym.algos import StepBatch, get_algorithm
-from gigpo_gym.algos.batch import hex_digest_codes
+from gigpo_gym.algos.estimators.batch import hex_digest_codes
 from gigpo_gym.algos.estimators import reverse_scan, trajectories
 from gigpo_gym.algos.estimators.kernels import factorize_uint64
 from gigpo_gym.core.anchor import digest

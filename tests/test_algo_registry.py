@@ -11,7 +11,7 @@ import pytest
 
 import gigpo_gym.algos.estimators  # noqa: F401  (built-ins registered before any test patches the registry)
 from gigpo_gym.algos import Algorithm, StepBatch, available_algorithms, get_algorithm, register_algorithm
-from gigpo_gym.algos import registry
+from gigpo_gym.algos.estimators import registry
 
 BUILT_INS = ["dapo", "gigpo", "grpo", "ppo", "reinforce_pp", "rloo"]
 

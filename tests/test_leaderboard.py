@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gigpo_gym.algos.leaderboard import (
+from gigpo_gym.algos.leaderboard.runner import (
     LeaderboardError,
     check_spec,
     load_result,
@@ -19,9 +19,9 @@ from gigpo_gym.algos.leaderboard import (
     validate_result,
     write_result,
 )
-from gigpo_gym.algos.leaderboard_policies import LoadedPolicy, resolve_policy
-from gigpo_gym.algos.leaderboard_render import PAPER_MARK, render
-from gigpo_gym.algos.policy import Generation, SamplingParams
+from gigpo_gym.algos.leaderboard.policies import LoadedPolicy, resolve_policy
+from gigpo_gym.algos.leaderboard.render import PAPER_MARK, render
+from gigpo_gym.algos.policies.base import Generation, SamplingParams
 
 SPEC_NAMES = ("alfworld-valid_seen", "alfworld-valid_unseen", "webshop-test", "searchqa-test")
 
@@ -104,7 +104,7 @@ def test_random_search_fills_the_webshop_query_with_the_instruction():
 
 
 def test_an_llm_choosing_admissible_actions_plays_only_valid_concrete_commands(tmp_path: Path):
-    from gigpo_gym.algos.tiny import TinySpec, build_tiny
+    from gigpo_gym.algos.policies.tiny import TinySpec, build_tiny
 
     corpus = ["<action>search[red shoes]</action>", "<action>go to cabinet 1</action>", "<action>look</action>"] * 4
     model = str(build_tiny(corpus, TinySpec(vocab_size=300, hidden_size=32, intermediate_size=64, num_layers=1,
@@ -244,7 +244,7 @@ def test_policy_spec_errors_are_clear(tmp_path: Path):
 
 
 def test_cli_runs_and_renders(tmp_path: Path, capsys):
-    from gigpo_gym.algos.leaderboard_cli import main
+    from gigpo_gym.algos.leaderboard.cli import main
 
     assert main(["leaderboard", "--policy", "expert", "--envs", "searchqa-test", "--episodes", "2",
                  "--results-dir", str(tmp_path), "--no-progress"]) == 0

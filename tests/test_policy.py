@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gigpo_gym.algos.hf import HFPolicy
-from gigpo_gym.algos.policy import Generation, SamplingParams, TokenBatch, TrainablePolicy
-from gigpo_gym.algos.reference import ExpertPolicy, RandomAdmissiblePolicy
-from gigpo_gym.algos.tiny import TinySpec, build_tiny, train_tokenizer
+from gigpo_gym.algos.policies.hf import HFPolicy
+from gigpo_gym.algos.policies.base import Generation, SamplingParams, TokenBatch, TrainablePolicy
+from gigpo_gym.algos.policies.reference import ExpertPolicy, RandomAdmissiblePolicy
+from gigpo_gym.algos.policies.tiny import TinySpec, build_tiny, train_tokenizer
 
 CORPUS = [
     "Walk to the exit. You are in room 1. The exit is east of room 3. Admissible actions: go east | go west | wait",

@@ -7,10 +7,10 @@ import pytest
 from helpers_fake import CORRIDOR_ID
 
 import gigpo_gym
-from gigpo_gym.algos.policy import Generation, SamplingParams
-from gigpo_gym.algos.reference import ExpertPolicy
-from gigpo_gym.algos.registry import get_algorithm
-from gigpo_gym.algos.rollout import RewardShaping, collect, llm_wrapper
+from gigpo_gym.algos.policies.base import Generation, SamplingParams
+from gigpo_gym.algos.policies.reference import ExpertPolicy
+from gigpo_gym.algos.estimators.registry import get_algorithm
+from gigpo_gym.algos.training.rollout import RewardShaping, collect, llm_wrapper
 
 
 class ScriptedPolicy:

@@ -82,8 +82,8 @@ def test_plain_ppo_learns_a_few_hundred_steps(env_id):
 def test_maskable_ppo_model_joins_the_leaderboard(tmp_path):
     sb3_contrib = pytest.importorskip("sb3_contrib")
     from stable_baselines3.common.logger import Logger
-    from gigpo_gym.algos.leaderboard import load_spec, run_spec, validate_result
-    from gigpo_gym.algos.leaderboard_policies import resolve_policy
+    from gigpo_gym.algos.leaderboard.runner import load_spec, run_spec, validate_result
+    from gigpo_gym.algos.leaderboard.policies import resolve_policy
 
     env = make_sb3_env("gigpo_gym/ALFWorld-v0", max_actions=32, dim=128, env_kwargs={"split": "train", "max_episode_steps": 10})
     model = sb3_contrib.MaskablePPO("MlpPolicy", env, n_steps=64, batch_size=64, n_epochs=1, seed=0, device="cpu",

@@ -7,10 +7,10 @@ import importlib.util
 import pytest
 import torch
 
-from gigpo_gym.algos.config import load_config
-from gigpo_gym.algos.policy import SamplingParams
-from gigpo_gym.algos.rollout import collect
-from gigpo_gym.algos.trainer import Trainer
+from gigpo_gym.algos.training.config import load_config
+from gigpo_gym.algos.policies.base import SamplingParams
+from gigpo_gym.algos.training.rollout import collect
+from gigpo_gym.algos.training.trainer import Trainer
 
 pytestmark = [
     pytest.mark.slow,

@@ -1,4 +1,4 @@
-"""Properties every registered env id must have (the contract of DESIGN.md)."""
+"""Properties every registered env id must have (the contract in core.env.TextEnv)."""
 
 from __future__ import annotations
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 from helpers_fake import CORRIDOR_ID
 
-from gigpo_gym.algos import checkpoint as ckpt
-from gigpo_gym.algos.config import ConfigError, load_config
-from gigpo_gym.algos.loss import LossWeights, k3_kl, policy_loss
-from gigpo_gym.algos.trainer import build_policy, run_training
+from gigpo_gym.algos.training import checkpoint as ckpt
+from gigpo_gym.algos.training.config import ConfigError, load_config
+from gigpo_gym.algos.training.loss import LossWeights, k3_kl, policy_loss
+from gigpo_gym.algos.training.trainer import build_policy, run_training
 
 SMALL = [
     f"env.id={CORRIDOR_ID}", "env.num_groups=2", "env.group_size=2", "env.eval_episodes=2", "env.history_length=1",
@@ -50,7 +50,7 @@ def test_two_iterations_change_the_weights_and_resume_from_the_checkpoint(tmp_pa
     assert after_resume[-1] == 3 and after_resume.count(3) == 1
     assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter-000002", "iter-000003"]
 
-    from gigpo_gym.algos.leaderboard_policies import resolve_policy
+    from gigpo_gym.algos.leaderboard.policies import resolve_policy
 
     loaded = resolve_policy(str(run), CORRIDOR_ID, device="cpu")  # the leaderboard evaluates it as trained
     assert loaded.details["iteration"] == 3 and loaded.prompt["history_length"] == 1  # the run's, not the spec's 2
@@ -123,7 +123,7 @@ def test_algo_flag_drops_the_other_algorithms_kwargs_and_bad_algo_keys_are_confi
     from pathlib import Path
 
     from gigpo_gym.algos.cli import _reset_algo_kwargs, add_cli
-    from gigpo_gym.algos.trainer import Trainer
+    from gigpo_gym.algos.training.trainer import Trainer
 
     demo = str(Path(__file__).resolve().parents[1] / "configs" / "demo.yaml")
     parser = argparse.ArgumentParser()
@@ -146,8 +146,8 @@ def test_algo_flag_drops_the_other_algorithms_kwargs_and_bad_algo_keys_are_confi
 
 
 def test_demonstrations_pass_expert_kwargs_and_answer_from_the_prompt_s_actions():
-    from gigpo_gym.algos.rollout import llm_wrapper
-    from gigpo_gym.algos.sft import expert_demonstrations
+    from gigpo_gym.algos.training.rollout import llm_wrapper
+    from gigpo_gym.algos.training.sft import expert_demonstrations
 
     kwargs = dict(env_kwargs={"max_episode_steps": 60}, wrapper=llm_wrapper(history_length=2))
     plan = expert_demonstrations("gigpo_gym/ALFWorld-v0", 3, **kwargs)
@@ -159,7 +159,7 @@ def test_demonstrations_pass_expert_kwargs_and_answer_from_the_prompt_s_actions(
 
 
 def test_oversample_repeats_the_steps_of_the_listed_verbs():
-    from gigpo_gym.algos.sft import oversample
+    from gigpo_gym.algos.training.sft import oversample
 
     demos = [("p1", "<action>go to desk 1</action>"), ("p2", "<action>take mug 1 from desk 1</action>")]
     assert oversample(demos, {}) == demos

@@ -236,7 +236,7 @@ class SB3Policy:
         return slots[index] if index < len(slots) else ""
 
     def generate(self, prompts: Sequence[str], sampling: Any, contexts: Sequence[dict[str, Any]] | None = None):
-        from gigpo_gym.algos.policy import Generation
+        from gigpo_gym.algos.policies.base import Generation
 
         if contexts is None or len(contexts) != len(prompts):
             raise ValueError("SB3Policy needs one context (task, observation, admissible_actions) per prompt")

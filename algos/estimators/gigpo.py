@@ -18,10 +18,10 @@ from typing import Callable, Literal
 import numpy as np
 from rapidfuzz.distance import Indel
 
-from gigpo_gym.algos.batch import StepBatch, hex_digest_codes
+from gigpo_gym.algos.estimators.batch import StepBatch, hex_digest_codes
 from gigpo_gym.algos.estimators.group_relative import episode_advantages
 from gigpo_gym.algos.estimators.kernels import Trajectories, factorize, factorize_uint64, group_normalize, reverse_scan, trajectories
-from gigpo_gym.algos.registry import Algorithm, register_algorithm
+from gigpo_gym.algos.estimators.registry import Algorithm, register_algorithm
 
 SIMILARITY_METRICS: dict[str, Callable[[str, str], float]] = {
     # 2 * LCS / (|a| + |b|) (= rapidfuzz fuzz.ratio / 100), in C.

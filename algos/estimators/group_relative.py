@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gigpo_gym.algos.batch import StepBatch
+from gigpo_gym.algos.estimators.batch import StepBatch
 from gigpo_gym.algos.estimators.kernels import Trajectories, group_normalize, group_spread, trajectories
-from gigpo_gym.algos.registry import Algorithm, register_algorithm
+from gigpo_gym.algos.estimators.registry import Algorithm, register_algorithm
 
 
 def episode_advantages(traj: Trajectories, norm_by_std: bool, per_step: bool = False) -> np.ndarray:

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gigpo_gym.algos.batch import StepBatch
+from gigpo_gym.algos.estimators.batch import StepBatch
 
 #: Added to the standard deviation before dividing (the project's fixed epsilon).
 EPS = 1e-6

@@ -7,9 +7,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from gigpo_gym.algos.batch import StepBatch
+from gigpo_gym.algos.estimators.batch import StepBatch
 from gigpo_gym.algos.estimators.kernels import batch_normalize, next_in_trajectory, reverse_scan, trajectories
-from gigpo_gym.algos.registry import Algorithm, register_algorithm
+from gigpo_gym.algos.estimators.registry import Algorithm, register_algorithm
 
 
 def gae(batch: StepBatch, gamma: float = 1.0, lam: float = 1.0) -> tuple[np.ndarray, np.ndarray]:

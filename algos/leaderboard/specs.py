@@ -23,7 +23,7 @@ from gigpo_gym.core.data import write_atomically
 RESULT_VERSION = 1
 SPEC_VERSION = 1
 #: The benchmarks folder (specs, schema, results): the source checkout's, or ``$GIGPO_GYM_BENCHMARKS``.
-BENCHMARKS_DIR = Path(os.environ.get("GIGPO_GYM_BENCHMARKS") or Path(__file__).resolve().parents[1] / "benchmarks")
+BENCHMARKS_DIR = Path(os.environ.get("GIGPO_GYM_BENCHMARKS") or Path(__file__).resolve().parents[2] / "benchmarks")
 SPECS_DIR = BENCHMARKS_DIR / "specs"
 RESULTS_DIR = BENCHMARKS_DIR / "results"
 SCHEMA_FILE = BENCHMARKS_DIR / "result_schema.json"

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gigpo_gym.algos.leaderboard_io import LeaderboardError
-from gigpo_gym.algos.policy import SamplingParams
+from gigpo_gym.algos.leaderboard.specs import LeaderboardError
+from gigpo_gym.algos.policies.base import SamplingParams
 
 NAMED = ("random", "random-search", "expert", "smollm2")
 
@@ -44,7 +44,7 @@ class RandomConcretePolicy:
         self._rng = np.random.default_rng(seed)
 
     def generate(self, prompts, sampling, contexts=None):
-        from gigpo_gym.algos.policy import Generation
+        from gigpo_gym.algos.policies.base import Generation
 
         out = []
         for options in _concrete_options(prompts, contexts, "RandomConcretePolicy"):
@@ -122,7 +122,7 @@ def resolve_policy(text: str, env_id: str, *, device: str = "auto", seed: int = 
 
 
 def _choosing(loaded: LoadedPolicy, env_id: str, custom_name: bool) -> LoadedPolicy:
-    from gigpo_gym.algos.hf import HFPolicy
+    from gigpo_gym.algos.policies.hf import HFPolicy
 
     if not isinstance(loaded.policy, HFPolicy):
         raise LeaderboardError(f"--choose-admissible is for LLM policies; {loaded.spec!r} is a {loaded.kind} policy")
@@ -136,7 +136,7 @@ def _choosing(loaded: LoadedPolicy, env_id: str, custom_name: bool) -> LoadedPol
 
 def _resolve(text: str, env_id: str, *, device: str, seed: int, temperature: float | None,
              max_new_tokens: int | None, name: str | None) -> LoadedPolicy:
-    from gigpo_gym.algos.reference import ExpertPolicy, RandomAdmissiblePolicy
+    from gigpo_gym.algos.policies.reference import ExpertPolicy, RandomAdmissiblePolicy
 
     text = str(text).strip()
     neutral = SamplingParams(max_new_tokens=1, temperature=0.0)
@@ -159,8 +159,8 @@ def _resolve(text: str, env_id: str, *, device: str, seed: int, temperature: flo
                             True, neutral, details=policy.describe())
     temp = 0.0 if temperature is None else float(temperature)
     if text == "smollm2":
-        from gigpo_gym.algos.hf import HFPolicy
-        from gigpo_gym.algos.smollm import smollm2_path
+        from gigpo_gym.algos.policies.hf import HFPolicy
+        from gigpo_gym.algos.policies.smollm import smollm2_path
 
         prefix = "<action>" if _command_env(env_id) else ""
         policy = HFPolicy.from_pretrained(smollm2_path(), device=device, response_prefix=prefix, max_prompt_tokens=1024)
@@ -185,7 +185,7 @@ def _resolve(text: str, env_id: str, *, device: str, seed: int, temperature: flo
 
 def _find_checkpoint(path: Path) -> tuple[Path, Path] | None:
     """(checkpoint folder, run folder) when ``path`` is a trainer run, its checkpoints or one checkpoint."""
-    from gigpo_gym.algos import checkpoint as ckpt
+    from gigpo_gym.algos.training import checkpoint as ckpt
 
     if (path / ckpt.MANIFEST_FILE).is_file() or (path / ckpt.POLICY_FILE).is_file():
         return path, path.parent.parent
@@ -199,9 +199,9 @@ def _find_checkpoint(path: Path) -> tuple[Path, Path] | None:
 
 
 def _load_checkpoint(found, text, env_id, device, seed, temperature, max_new_tokens, name) -> LoadedPolicy:
-    from gigpo_gym.algos import checkpoint as ckpt
-    from gigpo_gym.algos.config import ConfigError, load_config
-    from gigpo_gym.algos.trainer import build_policy, prompt_settings
+    from gigpo_gym.algos.training import checkpoint as ckpt
+    from gigpo_gym.algos.training.config import ConfigError, load_config
+    from gigpo_gym.algos.training.trainer import build_policy, prompt_settings
 
     folder, run_dir = found
     config_file = run_dir / "config.yaml"
@@ -227,7 +227,7 @@ def _load_checkpoint(found, text, env_id, device, seed, temperature, max_new_tok
 
 
 def _load_hf_folder(path: Path, text, env_id, device, seed, temp, max_new_tokens, name) -> LoadedPolicy:
-    from gigpo_gym.algos.hf import HFPolicy
+    from gigpo_gym.algos.policies.hf import HFPolicy
 
     if (path / "policy.json").is_file():
         policy = HFPolicy.load(path, device=device)

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from gigpo_gym.algos.policy import Generation, SamplingParams, TokenBatch
+from gigpo_gym.algos.policies.base import Generation, SamplingParams, TokenBatch
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class Rollout:
         Anchors that are all env digests (16 hex digits) go in as uint64, which GiGPO
         groups several times faster than strings; any other anchor keeps them all str.
         """
-        from gigpo_gym.algos.batch import StepBatch, hex_digest_codes
+        from gigpo_gym.algos.estimators.batch import StepBatch, hex_digest_codes
 
         codes = hex_digest_codes(self.anchors)
         return StepBatch(

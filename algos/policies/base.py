@@ -3,17 +3,18 @@
 A policy turns prompts into generations (``generate``), scores given responses with
 differentiable per-token log-probabilities (``log_probs``), optionally predicts a
 value per prompt (``values``, for critics), and saves/loads itself.  Backends: the
-Hugging Face one (``algos.hf``) and the non-trainable reference policies
-(``algos.reference``).
+Hugging Face one (``policies.hf``) and the non-trainable reference policies
+(``policies.reference``).  Importing this module does not import torch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
 
-import torch
+if TYPE_CHECKING:  # the interface itself needs no torch: reference policies run without it
+    import torch
 
 
 @dataclass(frozen=True)
@@ -118,9 +119,3 @@ class TrainablePolicy(Policy, Protocol):
 
     def save(self, path: str | Path) -> None: ...
 
-
-def resolve_device(name: str) -> torch.device:
-    """``"auto"`` -> cuda when available, else cpu; anything else as torch names it."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)

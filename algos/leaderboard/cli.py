@@ -12,7 +12,7 @@ import sys
 
 
 def add_cli(subparsers) -> None:
-    from gigpo_gym.algos.leaderboard_io import RESULTS_DIR, SPECS_DIR
+    from gigpo_gym.algos.leaderboard.specs import RESULTS_DIR, SPECS_DIR
 
     p = subparsers.add_parser(
         "leaderboard",
@@ -48,7 +48,7 @@ def add_cli(subparsers) -> None:
 
 
 def run_leaderboard_command(args: argparse.Namespace) -> int:
-    from gigpo_gym.algos.leaderboard_io import LeaderboardError
+    from gigpo_gym.algos.leaderboard.specs import LeaderboardError
 
     try:
         return _render(args) if args.action == "render" else _run(args)
@@ -58,7 +58,7 @@ def run_leaderboard_command(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from gigpo_gym.algos.leaderboard_render import render
+    from gigpo_gym.algos.leaderboard.render import render
 
     table, chart = render(args.results_dir, args.out)
     print(f"wrote {table}" + (f" and {chart}" if chart else " (no chart: matplotlib is missing)"))
@@ -68,8 +68,8 @@ def _render(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from gigpo_gym.algos.leaderboard import LeaderboardError, available_specs, load_spec, result_filename, run_spec, write_result
-    from gigpo_gym.algos.leaderboard_policies import resolve_policy
+    from gigpo_gym.algos.leaderboard.runner import LeaderboardError, available_specs, load_spec, result_filename, run_spec, write_result
+    from gigpo_gym.algos.leaderboard.policies import resolve_policy
 
     if not args.policy:
         raise LeaderboardError("--policy is required (random, expert, smollm2, a checkpoint folder, a model, sb3:PATH)")
@@ -91,7 +91,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the leaderboard command alone (``python -m gigpo_gym.algos.leaderboard_cli``)."""
+    """Run the leaderboard command alone (``python -m gigpo_gym.algos.leaderboard.cli``)."""
     parser = argparse.ArgumentParser(prog="gigpo-gym")
     add_cli(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from gigpo_gym.algos.rollout import Rollout
+from gigpo_gym.algos.training.rollout import Rollout
 
 #: Step-group size buckets of the histogram (GiGPO gets a signal only from groups > 1).
 SIZE_BUCKETS = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 10**9))

@@ -5,7 +5,7 @@ demonstrations, evaluates, then for each iteration collects a grouped rollout,
 asks the configured algorithm for per-row advantages, runs PPO-style updates with a
 k3 KL to a frozen reference and an entropy bonus, logs metrics (TensorBoard +
 ``metrics.jsonl``), checkpoints atomically and evaluates on the held-out split.
-The algorithm owns only its advantage rule (``algos.registry``).
+The algorithm owns only its advantage rule (``estimators.registry``).
 """
 
 from __future__ import annotations
@@ -20,19 +20,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from gigpo_gym.algos import checkpoint as ckpt
-from gigpo_gym.algos.config import ConfigError, TrainConfig, config_to_dict, save_config
-from gigpo_gym.algos.loss import LossWeights, policy_loss, value_loss
-from gigpo_gym.algos.metrics import append_jsonl, plot_curve, read_jsonl, rollout_metrics
-from gigpo_gym.algos.policy import SamplingParams, TokenBatch
-from gigpo_gym.algos.rollout import RewardShaping, Rollout, collect, llm_wrapper
+from gigpo_gym.algos.training import checkpoint as ckpt
+from gigpo_gym.algos.training.config import ConfigError, TrainConfig, config_to_dict, save_config
+from gigpo_gym.algos.training.loss import LossWeights, policy_loss, value_loss
+from gigpo_gym.algos.training.metrics import append_jsonl, plot_curve, read_jsonl, rollout_metrics
+from gigpo_gym.algos.policies.base import SamplingParams, TokenBatch
+from gigpo_gym.algos.training.rollout import RewardShaping, Rollout, collect, llm_wrapper
 from gigpo_gym.core.anchor import digest
 from gigpo_gym.core.env import derive_seed
 
 
 def build_policy(cfg: TrainConfig):
     """The configured HF policy ('tiny' is built from the env's expert text, 'smollm2' offline)."""
-    from gigpo_gym.algos.hf import HFPolicy
+    from gigpo_gym.algos.policies.hf import HFPolicy
 
     m = cfg.model
     kwargs = dict(
@@ -42,8 +42,8 @@ def build_policy(cfg: TrainConfig):
         critic=_algorithm(cfg).needs_critic, sampling_seed=cfg.seed,
     )
     if m.name == "tiny":
-        from gigpo_gym.algos.sft import expert_demonstrations
-        from gigpo_gym.algos.tiny import TinySpec, build_tiny
+        from gigpo_gym.algos.training.sft import expert_demonstrations
+        from gigpo_gym.algos.policies.tiny import TinySpec, build_tiny
 
         demos = expert_demonstrations(
             cfg.env.id, m.tiny.corpus_episodes, seed=derive_seed(cfg.seed, 7), env_kwargs=cfg.env.kwargs,
@@ -54,14 +54,14 @@ def build_policy(cfg: TrainConfig):
                         pieces=m.tiny.pieces)
         return HFPolicy.from_pretrained(build_tiny(corpus, spec), **kwargs)
     if m.name == "smollm2":
-        from gigpo_gym.algos.smollm import smollm2_path
+        from gigpo_gym.algos.policies.smollm import smollm2_path
 
         return HFPolicy.from_pretrained(smollm2_path(), **kwargs)
     return HFPolicy.from_pretrained(m.name, **kwargs)
 
 
 def _algorithm(cfg: TrainConfig):
-    from gigpo_gym.algos.registry import get_algorithm
+    from gigpo_gym.algos.estimators.registry import get_algorithm
 
     try:
         return get_algorithm(cfg.algo.name, **cfg.algo.kwargs)
@@ -375,7 +375,7 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
 def _warm_start(trainer: Trainer, echo) -> list[float]:
     from tqdm.auto import tqdm
 
-    from gigpo_gym.algos.sft import expert_demonstrations, oversample, sft_train
+    from gigpo_gym.algos.training.sft import expert_demonstrations, oversample, sft_train
 
     cfg = trainer.cfg
     demos = expert_demonstrations(cfg.env.id, cfg.sft.episodes, seed=derive_seed(cfg.seed, 5),

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 
-from gigpo_gym.algos.leaderboard_io import (  # noqa: F401  (re-exported: the leaderboard's public API)
+from gigpo_gym.algos.leaderboard.specs import (  # noqa: F401  (re-exported: the leaderboard's public API)
     BENCHMARKS_DIR,
     RESULT_VERSION,
     RESULTS_DIR,
@@ -44,8 +44,8 @@ from gigpo_gym.algos.leaderboard_io import (  # noqa: F401  (re-exported: the le
     validate_result,
     write_result,
 )
-from gigpo_gym.algos.policy import SamplingParams
-from gigpo_gym.algos.rollout import info_at, llm_wrapper
+from gigpo_gym.algos.policies.base import SamplingParams
+from gigpo_gym.algos.training.rollout import info_at, llm_wrapper
 from gigpo_gym.core.anchor import digest
 from gigpo_gym.core.env import derive_seed
 

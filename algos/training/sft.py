@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from gigpo_gym.algos.policy import TokenBatch
+from gigpo_gym.algos.policies.base import TokenBatch
 from gigpo_gym.core.env import derive_seed
 
 

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from gigpo_gym.algos.batch import StepBatch
+from gigpo_gym.algos.estimators.batch import StepBatch
 
 ENTRY_POINT_GROUP = "gigpo_gym.algos"
 

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gigpo_gym.algos.policy import Generation, SamplingParams
+from gigpo_gym.algos.policies.base import Generation, SamplingParams
 
 
 def _as_generation(action: str) -> Generation:

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gigpo_gym.algos.leaderboard_io import BENCHMARKS_DIR, RESULTS_DIR, LeaderboardError, load_result
+from gigpo_gym.algos.leaderboard.specs import BENCHMARKS_DIR, RESULTS_DIR, LeaderboardError, load_result
 
 PAPER_FILE = BENCHMARKS_DIR / "leaderboard" / "paper_gigpo.json"
 PAPER_MARK = "reported by the paper"

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from gigpo_gym.algos.policy import Generation, SamplingParams, TokenBatch, TokenScores, resolve_device
+from gigpo_gym.algos.policies.base import Generation, SamplingParams, TokenBatch, TokenScores
 from gigpo_gym.registration import missing_extra_error
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -35,7 +35,7 @@ def _transformers():
 
 
 class HFPolicy(nn.Module):
-    """A causal LM as a trainable policy (see ``algos.policy.TrainablePolicy``)."""
+    """A causal LM as a trainable policy (see ``policies.base.TrainablePolicy``)."""
 
     def __init__(
         self,
@@ -424,6 +424,13 @@ class HFPolicy(nn.Module):
 
     def set_sampling_state(self, state: torch.Tensor) -> None:
         self._generator.set_state(state)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` -> cuda when available, else cpu; anything else as torch names it."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
 
 
 def _load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
