@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gigpo_gym.algos.training.rollout import Rollout
+from gigpo_gym.core.data import write_atomically
 
 #: Step-group size buckets of the histogram (GiGPO gets a signal only from groups > 1).
 SIZE_BUCKETS = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 10**9))
@@ -52,14 +54,44 @@ def rollout_metrics(rollout: Rollout, prefix: str = "rollout") -> dict[str, floa
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
+    """Append one row with a single write: a kill leaves at most a torn last line,
+    which ``read_jsonl`` skips and ``keep_iterations`` removes."""
+    data = (json.dumps(record, sort_keys=True) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a metrics log; a torn last line (a killed append) is skipped."""
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = path.read_text()
+    lines = text.splitlines()
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines) or text.endswith("\n"):
+                raise ValueError(f"{path}: line {number} is not JSON") from None
+    return rows
+
+
+def keep_iterations(path: Path, last: int) -> None:
+    """Atomically drop the rows of iterations after ``last`` (and a torn last line).
+
+    A resume from checkpoint ``last`` re-runs the later iterations, so their old rows
+    would otherwise appear twice; a fresh run (``last=-1``) starts an empty log.
+    """
+    rows = [r for r in read_jsonl(path) if int(r.get("iteration", 0)) <= last]
+    if rows or path.exists():
+        write_atomically(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
 
 def plot_curve(records: list[dict[str, Any]], path: Path, title: str = "") -> Path | None:

@@ -23,10 +23,11 @@ import torch
 from gigpo_gym.algos.training import checkpoint as ckpt
 from gigpo_gym.algos.training.config import ConfigError, TrainConfig, config_to_dict, save_config
 from gigpo_gym.algos.training.loss import LossWeights, policy_loss, value_loss
-from gigpo_gym.algos.training.metrics import append_jsonl, plot_curve, read_jsonl, rollout_metrics
+from gigpo_gym.algos.training.metrics import append_jsonl, keep_iterations, plot_curve, read_jsonl, rollout_metrics
 from gigpo_gym.algos.policies.base import SamplingParams, TokenBatch
 from gigpo_gym.algos.training.rollout import RewardShaping, Rollout, collect, llm_wrapper
 from gigpo_gym.core.anchor import digest
+from gigpo_gym.core.data import write_atomically
 from gigpo_gym.core.env import derive_seed
 
 
@@ -255,11 +256,11 @@ class Trainer:
             self.run_dir / "checkpoints", iteration, self.policy, self.optimizer, state, keep=self.cfg.keep_checkpoints
         )
 
-    def resume(self, where: str | Path = "latest") -> int:
-        """Load a checkpoint ('latest' in this run, or a folder); returns its iteration."""
-        root = self.run_dir / "checkpoints"
-        folder = ckpt.latest_checkpoint(root) if str(where) == "latest" else Path(where)
-        state = ckpt.load_checkpoint(folder, self.policy, self.optimizer)
+    def resume(self, where: str | Path = "latest", echo=print) -> int:
+        """Load a checkpoint ('latest': this run's newest complete one, or a folder); returns its iteration."""
+        latest = str(where) == "latest"
+        folder = ckpt.find_resumable(self.run_dir / "checkpoints", echo) if latest else Path(where)
+        state = ckpt.load_checkpoint(folder, self.policy, self.optimizer, verify=not latest)
         self.iteration = int(state["iteration"])
         return self.iteration
 
@@ -318,14 +319,18 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
     started = time.perf_counter()
     try:
         if resume:
-            start = trainer.resume(resume)
+            start = trainer.resume(resume, echo)
             _load_reference(trainer)
             echo(f"resumed from iteration {start} ({trainer.run_dir / 'checkpoints'})")
+            keep_iterations(trainer.run_dir / "metrics.jsonl", start)  # the later ones run again
             old = trainer.run_dir / "summary.json"
-            if old.is_file():
-                summary["evals"] = json.loads(old.read_text()).get("evals", {})
+            try:
+                summary["evals"] = json.loads(old.read_text()).get("evals", {}) if old.is_file() else {}
+            except json.JSONDecodeError:
+                echo(f"note: {old} is damaged; the evals before iteration {start} are not carried over")
         else:
             start = 0
+            keep_iterations(trainer.run_dir / "metrics.jsonl", -1)
             if cfg.eval_before and trainer.eval_envs is not None:
                 summary["evals"]["initial"] = trainer.evaluate(0)
                 echo(format_success("initial", summary["evals"]["initial"]))
@@ -366,7 +371,7 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
         summary["curve"] = str(curve) if curve else None
         summary["final_checkpoint"] = str(ckpt.latest_checkpoint(trainer.run_dir / "checkpoints")) if (
             trainer.run_dir / "checkpoints" / ckpt.LATEST_FILE).is_file() else None
-        (trainer.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
+        write_atomically(trainer.run_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True))
         return summary
     finally:
         trainer.close()
