@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
+from pathlib import Path
+
+#: The example configs: a checkout's ``configs/``, or the copy the wheel ships (``gigpo_gym/configs``).
+CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
 
 #: Flags that are shortcuts for ``--set key=value``.
 SHORTCUTS = {
@@ -22,9 +27,10 @@ def add_cli(subparsers) -> None:
         "train",
         help="train an LLM agent (GiGPO, GRPO, PPO, ...) on an env of the suite",
         description="Rollout -> advantages -> clipped-surrogate updates, with checkpoints, evals and a learning curve. "
-        "Example: gigpo-gym train --config configs/demo.yaml",
+        "Example: gigpo-gym train --config demo",
     )
-    p.add_argument("--config", help="YAML config file (see configs/); unset keys keep their defaults")
+    p.add_argument("--config", help=f"a YAML config file, or the name of a shipped one ({', '.join(shipped_configs())}); "
+                   "unset keys keep their defaults")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set optim.lr=1e-5 (repeatable)")
     p.add_argument("--algo", help="advantage estimator (gigpo, grpo, ppo, rloo, reinforce_pp, dapo, ...)")
@@ -55,8 +61,10 @@ def run_train_command(args: argparse.Namespace) -> int:
     if args.no_progress:
         overrides.append("progress=false")
     try:
+        args.config = resolve_config(args.config)
         _reset_algo_kwargs(args, overrides)
         cfg = load_config(args.config, overrides)
+        check_model(cfg.model.name)
         summary = run_training(cfg, resume=args.resume)
     except (ConfigError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -68,6 +76,51 @@ def run_train_command(args: argparse.Namespace) -> int:
         print(f"learning curve: {summary['curve']}")
     print(f"took {summary['seconds'] / 60:.1f} min")
     return 0
+
+
+def shipped_configs() -> dict[str, Path]:
+    """Name -> file of the example configs."""
+    return {p.stem: p for p in sorted(CONFIGS_DIR.glob("*.yaml"))}
+
+
+def resolve_config(text: str | None) -> Path | None:
+    """``--config``: a file path, or a shipped config by name (``demo``, ``demo.yaml``, ``configs/demo.yaml``)."""
+    from gigpo_gym.algos.training.config import ConfigError
+
+    if text is None or Path(text).is_file():
+        return None if text is None else Path(text)
+    shipped = shipped_configs()
+    name = Path(text).stem if Path(text).suffix in (".yaml", ".yml") and Path(text).parent.name in ("", "configs") else text
+    if name in shipped:
+        return shipped[name]
+    close = difflib.get_close_matches(name, list(shipped), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ConfigError(f"--config {text!r} is neither a file nor a shipped config{hint}; shipped: {', '.join(shipped)}")
+
+
+def check_model(name: str) -> None:
+    """``model.name`` must be 'tiny', 'smollm2', a model folder, or a hub id already in the local
+    Hugging Face cache: nothing downloads at run time, so say so before building anything."""
+    from gigpo_gym.algos.training.config import ConfigError
+
+    path = Path(name).expanduser()
+    if name in ("tiny", "smollm2") or (path / "config.json").is_file():
+        return
+    if path.is_dir():
+        raise ConfigError(f"model.name {name!r} is a folder without a Hugging Face model (config.json)")
+    hub_like = name.count("/") == 1 and not name.startswith((".", "/", "~"))
+    if hub_like:
+        try:
+            from huggingface_hub import snapshot_download
+
+            snapshot_download(name, local_files_only=True)
+            return
+        except Exception:  # not in the cache, or not a valid hub id
+            pass
+    fix = f"fetch it first with: huggingface-cli download {name}" if hub_like else \
+        "use 'tiny', 'smollm2', a model folder or a cached hub id (org/name)"
+    raise ConfigError(f"model.name {name!r} is not a folder and not a hub id cached offline "
+                      f"(nothing downloads at run time); {fix}")
 
 
 def _reset_algo_kwargs(args: argparse.Namespace, overrides: list[str]) -> None:

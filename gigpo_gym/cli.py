@@ -13,6 +13,15 @@ from collections.abc import Sequence
 CONTRIBUTORS = ("gigpo_gym.envs.alfworld.cli", "gigpo_gym.algos.cli", "gigpo_gym.algos.leaderboard.cli")
 #: Modules that add a server under ``gigpo-gym serve`` through ``add_serve_cli(subparsers)``.
 SERVERS = ("gigpo_gym.envs.searchqa.cli", "gigpo_gym.envs.webshop.cli")
+#: Optional modules -> the extra that installs them (a command missing one says which extra to install).
+EXTRA_OF_MODULE = {
+    "torch": "train", "transformers": "train", "peft": "train", "safetensors": "train", "tokenizers": "train",
+    "gguf": "train", "yaml": "train", "tensorboard": "train", "matplotlib": "train", "stable_baselines3": "sb3",
+    "sb3_contrib": "sb3", "selenium": "browser", "psutil": "browser", "textworld": "alfworld", "alfworld": "alfworld",
+    "sentence_transformers": "dense", "ray": "ray",
+}
+#: What ends a ``play`` session (besides end of input and Ctrl-C).
+QUIT = {"q", "quit", "exit"}
 
 
 def _optional_modules(names: Sequence[str]):
@@ -51,20 +60,26 @@ def cmd_play(args: argparse.Namespace) -> int:
     from gigpo_gym.registration import env_spec
     from gigpo_gym.wrappers import AnchorKey
 
-    env_spec(args.env_id)  # a clear error for unknown ids
-    kwargs = dict(_parse_kwarg(kv) for kv in args.kwarg)
-    env = AnchorKey(gym.make(args.env_id, **kwargs), mode=args.anchor_mode)
+    try:
+        env_spec(args.env_id)  # a clear error for unknown ids
+        kwargs = dict(_parse_kwarg(kv) for kv in args.kwarg)
+        env = AnchorKey(gym.make(args.env_id, **kwargs), mode=args.anchor_mode)
+    except (gym.error.Error, TypeError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     obs, info = env.reset(seed=args.seed)
     total, steps = 0.0, 0
+    print("(a number picks an admissible action, other text is sent as is; q, quit, Ctrl-D or Ctrl-C ends)")
     try:
         while True:
             _show(obs, info)
             try:
                 line = input("> ").strip()
             except EOFError:
+                line = "quit"
                 print()
-                break
-            if line in {"quit", "exit"}:
+            if line in QUIT:
+                print(f"session ended after {steps} steps, return {total:g}")
                 break
             admissible = info["admissible_actions"]
             action = admissible[int(line) - 1] if line.isdigit() and 1 <= int(line) <= len(admissible) else line
@@ -76,6 +91,8 @@ def cmd_play(args: argparse.Namespace) -> int:
                 _show(obs, info)
                 print(f"episode over after {steps} steps: {'won' if info['won'] else 'not won'}, return {total:g}")
                 break
+    except KeyboardInterrupt:
+        print(f"\nsession ended after {steps} steps, return {total:g}")
     finally:
         env.close()
     return 0
@@ -131,7 +148,26 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except ImportError as e:
+        message = _missing_extra(e, args.command)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+
+
+def _missing_extra(e: ImportError, command: str) -> str | None:
+    """One line naming the extra to install when an optional module is missing, else None."""
+    from gigpo_gym.registration import missing_extra_error
+
+    if 'pip install "gigpo-gym[' in str(e):
+        return str(e)
+    module = (e.name or "").split(".")[0]
+    if not isinstance(e, ModuleNotFoundError) or module not in EXTRA_OF_MODULE:
+        return None
+    return f"{missing_extra_error(EXTRA_OF_MODULE[module], f'gigpo-gym {command}')} ({module} is not installed)"
 
 
 if __name__ == "__main__":

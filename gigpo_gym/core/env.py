@@ -7,6 +7,9 @@ leaves the rules to the subclass's ``_reset`` / ``_step``.
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 from typing import Any
 
 import gymnasium as gym
@@ -64,6 +67,17 @@ class TextEnv(gym.Env[str, str]):
     #: Upper bound on the characters of one observation.
     max_observation_length: int = 65536
 
+    def __new__(cls, *args: Any, **kwargs: Any):
+        """An unknown keyword (a typo in ``gym.make``) is a TypeError naming the accepted ones."""
+        accepted = _keyword_names(cls)
+        for key in kwargs:
+            if accepted is not None and key not in accepted:
+                close = difflib.get_close_matches(key, accepted, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise TypeError(f"{cls.__name__} got an unexpected keyword argument {key!r}{hint}; "
+                                f"accepted: {', '.join(accepted)}")
+        return super().__new__(cls)
+
     def __init__(self, render_mode: str | None = None):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
@@ -117,3 +131,12 @@ class TextEnv(gym.Env[str, str]):
         if missing:
             raise RuntimeError(f"env bug: info lacks the contract keys {missing}")
         return info
+
+
+@functools.cache
+def _keyword_names(cls: type) -> tuple[str, ...] | None:
+    """The keywords ``cls(...)`` accepts; None when it takes ``**kwargs``."""
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))

@@ -1,0 +1,78 @@
+"""Mistakes a new user makes get one clear line: what was wrong, what is accepted, the fix."""
+
+from __future__ import annotations
+
+import builtins
+import sys
+
+import gymnasium as gym
+import pytest
+
+import gigpo_gym  # noqa: F401
+from gigpo_gym.cli import main
+from gigpo_gym.registration import ENV_SPECS
+
+
+@pytest.mark.parametrize("env_id", [s.id for s in ENV_SPECS if s.available])
+def test_a_misspelled_make_kwarg_lists_the_accepted_ones_and_the_closest(env_id):
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'splitt' \(did you mean 'split'\?\); "
+                                        r"accepted: split, data_dir, .*render_mode"):
+        gym.make(env_id, splitt="test")
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("argv", [["--model", "/no/such/path"], ["--set", "model.name=/no/such/path"]])
+def test_a_missing_model_path_is_one_line(capsys, argv):
+    code, _, err = _run(capsys, "train", *argv)
+    assert code == 2
+    assert err == ("error: model.name '/no/such/path' is not a folder and not a hub id cached offline (nothing "
+                   "downloads at run time); use 'tiny', 'smollm2', a model folder or a cached hub id (org/name)\n")
+
+
+def test_an_uncached_hub_id_names_the_download_command(capsys):
+    code, _, err = _run(capsys, "train", "--model", "nobody-here/no-such-model")
+    assert code == 2 and err.endswith("fetch it first with: huggingface-cli download nobody-here/no-such-model\n")
+
+
+def test_configs_are_found_by_name_and_a_wrong_name_gets_the_closest(capsys, tmp_path, monkeypatch):
+    from gigpo_gym.algos.cli import CONFIGS_DIR, resolve_config
+
+    monkeypatch.chdir(tmp_path)  # no configs/ folder here
+    assert resolve_config("demo") == resolve_config("configs/demo.yaml") == CONFIGS_DIR / "demo.yaml"
+    (tmp_path / "mine.yaml").write_text("iterations: 1\n")
+    assert resolve_config("mine.yaml") == tmp_path.joinpath("mine.yaml").relative_to(tmp_path)
+    code, _, err = _run(capsys, "train", "--config", "demoo")
+    assert code == 2
+    assert err == "error: --config 'demoo' is neither a file nor a shipped config (did you mean 'demo'?); " \
+                  "shipped: alfworld_paper, alfworld_smollm2, demo\n"
+
+
+def test_a_command_without_its_extra_names_the_extra(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "yaml", None)  # as on an install without [train]
+    code, _, err = _run(capsys, "train", "--config", "demo")
+    assert code == 2
+    assert err == 'error: gigpo-gym train needs the optional dependencies of the [train] extra: ' \
+                  'pip install "gigpo-gym[train]" (yaml is not installed)\n'
+
+
+@pytest.mark.parametrize("answer", ["q", "quit", "exit", EOFError, KeyboardInterrupt])
+def test_play_ends_cleanly_on_q_quit_eof_and_ctrl_c(capsys, monkeypatch, answer):
+    def fake_input(prompt=""):
+        if isinstance(answer, str):
+            return answer
+        raise answer
+
+    monkeypatch.setattr(builtins, "input", fake_input)
+    code, out, _ = _run(capsys, "play", "gigpo_gym/SearchQA-v0")
+    assert code == 0
+    assert out.rstrip().endswith("session ended after 0 steps, return 0")  # nothing was sent as an action
+
+
+def test_play_with_a_bad_kwarg_is_one_line(capsys):
+    code, _, err = _run(capsys, "play", "gigpo_gym/SearchQA-v0", "--kwarg", "topk=0")
+    assert code == 2 and err.startswith("error: topk must be an int in [1, 100], got 0") and err.count("\n") == 1
