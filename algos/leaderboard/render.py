@@ -1,7 +1,7 @@
 """Merge leaderboard result files into ``LEADERBOARD.md`` and a PNG chart.
 
 Every ``<spec>__<policy>.json`` of the results folder (the names the runner writes;
-other JSON files there, e.g. speed numbers, are not results) must follow ``benchmarks/result_schema.json``
+other JSON files there, e.g. speed numbers, are not results) must follow ``benchmarks/leaderboard/result_schema.json``
 (a file that does not is an error naming it and the field).  When a spec has two
 results for the same policy name, the newest (``created``) wins.  The paper's
 published numbers come from ``benchmarks/leaderboard/paper_gigpo.json`` and are

@@ -2,8 +2,10 @@
 
 A spec (``benchmarks/specs/<name>.json``) is checked key by key (errors name the
 file, the key and the closest valid one); a result is checked against
-``benchmarks/result_schema.json`` with ``jsonschema`` before it is written and
-again when it is read.
+``benchmarks/leaderboard/result_schema.json`` with ``jsonschema`` before it is
+written and again when it is read.  Specs, schema and the paper's rows ship in the
+wheel (``gigpo_gym/benchmarks/``); results are written to a checkout's
+``benchmarks/results/``, else to the current directory, never into the install.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from gigpo_gym.core.data import write_atomically
 
 RESULT_VERSION = 1
 SPEC_VERSION = 1
-#: The benchmarks folder (specs, schema, results): the source checkout's, or ``$GIGPO_GYM_BENCHMARKS``.
+#: The benchmarks folder (specs, schema): ``$GIGPO_GYM_BENCHMARKS``, else the one beside ``algos/``
+#: (a checkout's ``benchmarks/``; in a wheel ``gigpo_gym/benchmarks/``, see setup.cfg).
 BENCHMARKS_DIR = Path(os.environ.get("GIGPO_GYM_BENCHMARKS") or Path(__file__).resolve().parents[2] / "benchmarks")
 SPECS_DIR = BENCHMARKS_DIR / "specs"
-RESULTS_DIR = BENCHMARKS_DIR / "results"
-SCHEMA_FILE = BENCHMARKS_DIR / "result_schema.json"
+#: A checkout's ``benchmarks/results``; elsewhere (an installed wheel) the current directory.
+RESULTS_DIR = BENCHMARKS_DIR / "results" if (BENCHMARKS_DIR / "results").is_dir() else Path(".")
+SCHEMA_FILE = BENCHMARKS_DIR / "leaderboard" / "result_schema.json"
 SPEC_KEYS = {
     "spec_version": int, "name": str, "title": str, "env_id": str, "env_version": str, "env_kwargs": dict,
     "split": str, "seeds": list, "episodes": int, "max_steps": int, "history_length": int,
@@ -126,20 +130,15 @@ def load_spec(name_or_path: str | Path, specs_dir: str | Path = SPECS_DIR) -> Sp
 def load_schema() -> dict[str, Any]:
     if not SCHEMA_FILE.is_file():
         raise LeaderboardError(
-            f"the result schema {SCHEMA_FILE} is missing: run from a source checkout of gigpo-gym, or point "
-            "$GIGPO_GYM_BENCHMARKS at its benchmarks/ folder"
+            f"the result schema {SCHEMA_FILE} is missing: reinstall gigpo-gym, or point $GIGPO_GYM_BENCHMARKS at "
+            "the benchmarks/ folder of a checkout"
         )
     return json.loads(SCHEMA_FILE.read_text())
 
 
 def validate_result(result: Any, where: str = "result") -> None:
     """Raise ``LeaderboardError`` naming the field when ``result`` does not follow the schema."""
-    try:
-        import jsonschema
-    except ImportError as e:  # pragma: no cover - depends on the install
-        from gigpo_gym.registration import missing_extra_error
-
-        raise missing_extra_error("train", "validating leaderboard results (jsonschema)") from e
+    import jsonschema
     validator = jsonschema.Draft202012Validator(load_schema())
     errors = sorted(validator.iter_errors(result), key=lambda e: list(e.absolute_path))
     if errors:
