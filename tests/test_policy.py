@@ -80,10 +80,10 @@ def test_log_probs_match_full_logits_but_lm_head_sees_only_response_positions(po
     batch = TokenBatch([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14]])
     seen = []
     head = policy.model.get_output_embeddings()
-    hook = head.register_forward_hook(lambda m, args, out: seen.append(args[0].shape[1]))
+    hook = head.register_forward_hook(lambda m, args, out: seen.append(args[0].shape[:-1].numel()))
     scores = policy.log_probs(batch, with_entropy=True)
     hook.remove()
-    assert seen == [3]  # the longest response, not prompt + response
+    assert seen == [4]  # the 4 response tokens, not prompt + response, not padding
     for i, (p, r) in enumerate(zip(batch.prompt_ids, batch.response_ids)):
         full = torch.log_softmax(policy.model(torch.tensor([p + r])).logits[0].float(), -1)
         expected = full[len(p) - 1 : len(p) - 1 + len(r)].gather(-1, torch.tensor(r)[:, None]).squeeze(-1)

@@ -10,6 +10,7 @@ to the response positions only, so the prompt's logits (seconds and gigabytes at
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any, Sequence
@@ -50,6 +51,9 @@ class HFPolicy(nn.Module):
         sampling_seed: int = 0,
         response_prefix: str = "",
         choose_admissible: bool = False,
+        compute_dtype: str | None = None,
+        gradient_checkpointing: bool = False,
+        logits_chunk: int = 1024,
     ):
         super().__init__()
         self.model = model
@@ -64,6 +68,21 @@ class HFPolicy(nn.Module):
         self.max_prompt_tokens = int(max_prompt_tokens)
         self.response_prefix = response_prefix
         self.choose_admissible = bool(choose_admissible)
+        if compute_dtype is not None and compute_dtype not in _DTYPES:
+            raise ValueError(f"compute_dtype must be one of {sorted(_DTYPES)} or None, got {compute_dtype!r}")
+        #: Autocast dtype of forward passes (None: the weights' own); the weights stay as loaded.
+        self.compute_dtype = compute_dtype
+        if int(logits_chunk) < 1:
+            raise ValueError(f"logits_chunk must be >= 1, got {logits_chunk}")
+        #: Response positions whose vocabulary logits exist at once (bounds memory at large vocabularies).
+        self.logits_chunk = int(logits_chunk)
+        self.gradient_checkpointing = bool(gradient_checkpointing)
+        if self.gradient_checkpointing:
+            enable = getattr(self.model, "activation_checkpointing_enable", None)  # transformers >= 5.x
+            if enable is not None:
+                enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         hidden = self._base_config().hidden_size
         self.value_head = nn.Linear(hidden, 1) if critic else None
         if self.value_head is not None:
@@ -125,6 +144,8 @@ class HFPolicy(nn.Module):
             critic=meta["critic"],
             response_prefix=meta.get("response_prefix", ""),
             choose_admissible=meta.get("choose_admissible", False),
+            compute_dtype=meta.get("compute_dtype"),
+            logits_chunk=meta.get("logits_chunk", 1024),
         )
         if policy.value_head is not None:
             from safetensors.torch import load_model
@@ -149,6 +170,8 @@ class HFPolicy(nn.Module):
             "critic": self.value_head is not None,
             "response_prefix": self.response_prefix,
             "choose_admissible": self.choose_admissible,
+            "compute_dtype": self.compute_dtype,
+            "logits_chunk": self.logits_chunk,
             "dtype": next(k for k, v in _DTYPES.items() if v == next(self.model.parameters()).dtype),
             "base_model": self._base_config().name_or_path,
         }
@@ -202,7 +225,7 @@ class HFPolicy(nn.Module):
             self.train(was_training)
 
     def _choose(self, prompt_ids: list[list[int]], options: list[list[str]], sampling: SamplingParams,
-                rows_per_pass: int = 8) -> list[Generation]:
+                tokens_per_pass: int = 6144) -> list[Generation]:
         """Pick one admissible action per row: softmax over the candidates' summed log-probs.
 
         Each candidate is scored as the full answer ``<action>cmd</action>`` + eos, so the
@@ -210,6 +233,10 @@ class HFPolicy(nn.Module):
         (constrained decoding over a closed set).  The Generation carries the model's
         token log-probs of the chosen answer, which is what ``log_probs`` recomputes in
         the update; raising them raises the answer's share among the candidates.
+
+        Rows with the same prompt and candidates (copies of a task in the same state)
+        are scored once; the rest run in passes of similar prompt length, so little of
+        a pass is padding.  Sampling then draws per row, in row order.
         """
         gen = self._generator
         if sampling.seed is not None:
@@ -221,12 +248,19 @@ class HFPolicy(nn.Module):
             answer = f"<action>{cmd}</action>"[cut:]
             encoded[cmd] = list(self.tokenizer(answer, add_special_tokens=False)["input_ids"]) + [eos]
         choices = [list(cmds) or [""] for cmds in options]
-        token_logps: list[list[list[float]]] = []
-        for lo in range(0, len(prompt_ids), rows_per_pass):
-            token_logps += self._score_answers(prompt_ids[lo:lo + rows_per_pass],
-                                               [[encoded[c] for c in cmds] for cmds in choices[lo:lo + rows_per_pass]])
+        unique: dict[tuple, int] = {}
+        row_key = [unique.setdefault((tuple(p), tuple(c)), len(unique)) for p, c in zip(prompt_ids, choices)]
+        keys = list(unique)
+        by_length = sorted(range(len(keys)), key=lambda k: len(keys[k][0]))
+        scored: list[list[list[float]]] = [[] for _ in keys]
+        for part in _passes(by_length, [len(keys[k][0]) + sum(len(encoded[c]) for c in keys[k][1]) for k in range(len(keys))],
+                            tokens_per_pass):
+            logps = self._score_answers([list(keys[k][0]) for k in part], [[encoded[c] for c in keys[k][1]] for k in part])
+            for k, row in zip(part, logps):
+                scored[k] = row
         out = []
-        for i, (cmds, logps) in enumerate(zip(choices, token_logps)):
+        for i, cmds in enumerate(choices):
+            logps = scored[row_key[i]]
             totals = torch.tensor([sum(lp) for lp in logps], dtype=torch.float64)
             if sampling.temperature == 0:
                 pick = int(totals.argmax())
@@ -242,54 +276,54 @@ class HFPolicy(nn.Module):
         """Token log-probs of each row's candidate answers, in two forward passes.
 
         The prompts run once (left-padded, KV cached).  Then each row's candidates run
-        packed one after another in a single sequence on top of that cache, with a 4-D
-        mask letting a candidate see the prompt and its own earlier tokens only, and
-        positions restarting after the prompt for every candidate.  No candidate copies
-        the prompt's cache, which is what made scoring dozens of commands after a
-        long prompt slow and memory-hungry.
+        on top of that cache as one packed prefix tree: an answer prefix shared by
+        several candidates ("<action>go to ...") is a single node, computed once.  A 4-D
+        mask lets a node see the prompt and its own ancestors only, and its position is
+        the prompt length plus its depth, so every candidate is scored exactly as if
+        it followed the prompt alone.  No candidate copies the prompt's cache.
         """
         tf = _transformers()
         ids, mask = self._left_padded(prompt_ids)
         cache = tf.DynamicCache()
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        with self.autocast():
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                             past_key_values=cache, use_cache=True, logits_to_keep=1)
         first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
         rows, width = ids.shape
-        packed = max(sum(len(a) - 1 for a in cands) for cands in answers)
-        blocked = torch.finfo(self.model.dtype).min
-        inputs = torch.full((rows, max(packed, 1)), self.tokenizer.pad_token_id, dtype=torch.long)
-        positions = torch.zeros((rows, max(packed, 1)), dtype=torch.long)
-        allowed = torch.zeros((rows, max(packed, 1), width + max(packed, 1)), dtype=torch.bool)
+        trees = [_PrefixTree(cands) for cands in answers]
+        packed = max(max(len(t.tokens) for t in trees), 1)
+        inputs = torch.full((rows, packed), self.tokenizer.pad_token_id, dtype=torch.long)
+        positions = torch.zeros((rows, packed), dtype=torch.long)
+        allowed = torch.zeros((rows, packed, width + packed), dtype=torch.bool)
         allowed[:, :, :width] = mask[:, None, :].bool().cpu()
-        allowed[:, :, width:] = True  # filler queries past a row's end see everything (their output is unused)
-        starts: list[list[int]] = []
-        for r, cands in enumerate(answers):
-            length, at, row_starts = int(mask[r].sum()), 0, []
-            for a in cands:
-                n = len(a) - 1
-                row_starts.append(at)
-                if n:
-                    inputs[r, at:at + n] = torch.tensor(a[:-1], dtype=torch.long)
-                    positions[r, at:at + n] = length + torch.arange(n)
-                    allowed[r, at:at + n, width:] = False
-                    allowed[r, at:at + n, width + at:width + at + n] = torch.ones(n, n, dtype=torch.bool).tril()
-                at += n
-            starts.append(row_starts)
-        later = None
-        if packed:
-            bias = torch.zeros(allowed.shape, dtype=self.model.dtype).masked_fill_(~allowed, blocked)
-            more = self.model(input_ids=inputs.to(self.device), attention_mask=bias[:, None].to(self.device),
-                              position_ids=positions.to(self.device), past_key_values=cache, use_cache=True)
-            later = more.logits.float()
-        result = []
+        allowed[:, :, width:] = True  # filler queries past a row's tree see everything (their output is unused)
+        for r, tree in enumerate(trees):
+            n = len(tree.tokens)
+            if n:
+                inputs[r, :n] = torch.tensor(tree.tokens)
+                positions[r, :n] = int(mask[r].sum()) + torch.tensor(tree.depths)
+                allowed[r, :n, width:] = False
+                allowed[r, :n, width:width + n] = tree.ancestry()
+        # (row, tree node, token) of every candidate token after the first
+        index = [(r, node, token) for r, tree in enumerate(trees) for node, token in tree.predictions]
+        later = torch.zeros(0)
+        if index:
+            bias = torch.zeros(allowed.shape, dtype=self.model.dtype).masked_fill_(~allowed, torch.finfo(self.model.dtype).min)
+            with self.autocast():
+                more = self.model(input_ids=inputs.to(self.device), attention_mask=bias[:, None].to(self.device),
+                                  position_ids=positions.to(self.device), past_key_values=cache, use_cache=True)
+            logits = more.logits.float()
+            r_idx, n_idx, t_idx = (torch.tensor(col, device=self.device) for col in zip(*index))
+            later = (logits[r_idx, n_idx, t_idx] - torch.logsumexp(logits[r_idx, n_idx], dim=-1)).tolist()
+        firsts = first[torch.tensor([r for r, cands in enumerate(answers) for _ in cands], dtype=torch.long),
+                       torch.tensor([a[0] for cands in answers for a in cands], dtype=torch.long)].tolist()
+        result, at, k = [], 0, 0
         for r, cands in enumerate(answers):
             row = []
-            for a, at in zip(cands, starts[r]):
-                logp = [float(first[r, a[0]])]
-                if len(a) > 1:
-                    step = torch.log_softmax(later[r, at:at + len(a) - 1], dim=-1)
-                    logp += step.gather(-1, torch.tensor(a[1:], device=self.device)[:, None]).squeeze(-1).tolist()
-                row.append(logp)
+            for a in cands:
+                row.append([firsts[k]] + later[at:at + len(a) - 1])
+                at += len(a) - 1
+                k += 1
             result.append(row)
         return result
 
@@ -358,62 +392,98 @@ class HFPolicy(nn.Module):
         return text
 
     # -- scoring ---------------------------------------------------------------------
-    def log_probs(self, batch: TokenBatch, *, with_entropy: bool = False, with_values: bool = False) -> TokenScores:
-        """Differentiable log-probs (and entropy, values) of the response tokens only."""
-        hidden, prompt_lens, resp_lens = self._hidden(batch)
-        rows, max_resp = len(batch), max(max(resp_lens), 1)
-        # hidden state at position (prompt_len + j - 1) predicts response token j
-        offsets = torch.arange(max_resp, device=self.device)
-        starts = torch.tensor(prompt_lens, device=self.device) - 1
-        index = (starts[:, None] + offsets[None, :]).clamp(max=hidden.shape[1] - 1)
-        mask = (offsets[None, :] < torch.tensor(resp_lens, device=self.device)[:, None]).float()
-        picked = hidden.gather(1, index[:, :, None].expand(-1, -1, hidden.shape[-1]))
-        logits = self.model.get_output_embeddings()(picked).float()
-        log_softmax = torch.log_softmax(logits, dim=-1)
-        targets = torch.zeros((rows, max_resp), dtype=torch.long, device=self.device)
-        for i, r in enumerate(batch.response_ids):
-            if r:
-                targets[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        token_logp = log_softmax.gather(-1, targets[:, :, None]).squeeze(-1) * mask
-        entropy = None
+    def forward(self, batch: TokenBatch, *, with_entropy: bool = False, with_values: bool = False) -> TokenScores:
+        """Differentiable log-probs (and entropy, values) of the response tokens only.
+
+        Everything the loss needs comes out of this one call, so a wrapper around the
+        module (DDP, FSDP, DeepSpeed through accelerate) sees every parameter use.  The
+        decoder runs once over prompt + response (right-padded: with causal attention a
+        real token never sees the padding after it, so no mask is needed); the LM head
+        runs on the response positions only, ``logits_chunk`` positions at a time.
+        """
+        if len(batch) == 0:
+            raise ValueError("empty batch")
+        prompt_lens = torch.tensor([len(p) for p in batch.prompt_ids])
+        resp_lens = torch.tensor([len(r) for r in batch.response_ids])
+        if int(prompt_lens.min()) < 1:
+            raise ValueError("every row needs at least one prompt token")
+        width = int((prompt_lens + resp_lens).max())
+        ids = torch.full((len(batch), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        for i, (p, r) in enumerate(zip(batch.prompt_ids, batch.response_ids)):
+            ids[i, : len(p) + len(r)] = torch.tensor(list(p) + list(r), dtype=torch.long)
+        ids = ids.to(self.device)
+        positions = torch.arange(width, device=self.device)[None, :].expand(len(batch), -1)
+        with self.autocast():
+            hidden = self.model.get_decoder()(input_ids=ids, position_ids=positions).last_hidden_state
+        # the hidden state at (prompt_len + j - 1) predicts response token j
+        max_resp = max(int(resp_lens.max()), 1)
+        mask = torch.arange(max_resp)[None, :] < resp_lens[:, None]
+        rows, cols = mask.nonzero(as_tuple=True)
+        at = (prompt_lens[rows] + cols - 1).to(self.device)
+        rows_d, cols_d = rows.to(self.device), cols.to(self.device)
+        token_logp, entropy = self._score_positions(hidden[rows_d, at], ids[rows_d, at + 1], with_entropy)
+        out_logp = torch.zeros((len(batch), max_resp), dtype=torch.float32, device=self.device)
+        out_logp = out_logp.index_put((rows_d, cols_d), token_logp)
+        out_entropy = None
         if with_entropy:
-            entropy = -(log_softmax.exp() * log_softmax).sum(-1) * mask
+            out_entropy = torch.zeros_like(out_logp).index_put((rows_d, cols_d), entropy)
         extras = {}
         if with_values:
-            extras["values"] = self._value_from_hidden(hidden, starts)
-        return TokenScores(token_logp, mask, entropy, extras)
+            extras["values"] = self._value_at(hidden, (prompt_lens - 1).to(self.device))
+        return TokenScores(out_logp, mask.float().to(self.device), out_entropy, extras)
+
+    def log_probs(self, batch: TokenBatch, *, with_entropy: bool = False, with_values: bool = False) -> TokenScores:
+        """``forward`` under its protocol name (``TrainablePolicy.log_probs``)."""
+        return self(batch, with_entropy=with_entropy, with_values=with_values)
+
+    def _score_positions(self, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
+        """Log-prob of ``targets`` (and entropy) at each hidden state, ``logits_chunk`` states at a time.
+
+        Under autograd each chunk is recomputed in the backward pass instead of keeping
+        its ``[chunk, vocabulary]`` logits: at a 152k vocabulary a long micro-batch's
+        logits alone would take gigabytes.
+        """
+        head = self.model.get_output_embeddings()
+        logps, entropies = [], []
+        chunks = range(0, max(hidden.shape[0], 1), self.logits_chunk)
+        recompute = torch.is_grad_enabled() and len(chunks) > 1
+        for start in chunks:
+            part = (hidden[start : start + self.logits_chunk], targets[start : start + self.logits_chunk])
+            if recompute:
+                logp, ent = torch.utils.checkpoint.checkpoint(self._chunk_scores, head, *part, with_entropy,
+                                                              use_reentrant=False)
+            else:
+                logp, ent = self._chunk_scores(head, *part, with_entropy)
+            logps.append(logp)
+            entropies.append(ent)
+        return torch.cat(logps), (torch.cat(entropies) if with_entropy else None)
+
+    def _chunk_scores(self, head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
+        with self.autocast():
+            logits = head(hidden)
+        logits = logits.float()
+        norm = torch.logsumexp(logits, dim=-1)
+        logp = logits.gather(-1, targets[:, None]).squeeze(-1) - norm
+        if not with_entropy:
+            return logp, logp.new_zeros(0)
+        return logp, norm - (torch.softmax(logits, dim=-1) * logits).sum(-1)
 
     def values(self, batch: TokenBatch) -> torch.Tensor:
         """Critic value of each row's prompt (the hidden state of its last prompt token)."""
         prompts_only = TokenBatch(batch.prompt_ids, [[] for _ in batch.prompt_ids])
-        hidden, prompt_lens, _ = self._hidden(prompts_only)
-        return self._value_from_hidden(hidden, torch.tensor(prompt_lens, device=self.device) - 1)
+        return self(prompts_only, with_values=True).extras["values"]
 
-    def _value_from_hidden(self, hidden: torch.Tensor, last_prompt: torch.Tensor) -> torch.Tensor:
+    def _value_at(self, hidden: torch.Tensor, last_prompt: torch.Tensor) -> torch.Tensor:
         if self.value_head is None:
             raise RuntimeError("this policy has no value head; build it with critic=True")
         picked = hidden[torch.arange(hidden.shape[0], device=self.device), last_prompt]
         return self.value_head(picked.float()).squeeze(-1)
 
-    def _hidden(self, batch: TokenBatch) -> tuple[torch.Tensor, list[int], list[int]]:
-        """Last hidden states of prompt+response, right-padded (positions are exact)."""
-        if len(batch) == 0:
-            raise ValueError("empty batch")
-        prompt_lens = [len(p) for p in batch.prompt_ids]
-        if min(prompt_lens) < 1:
-            raise ValueError("every row needs at least one prompt token")
-        resp_lens = [len(r) for r in batch.response_ids]
-        seqs = [list(p) + list(r) for p, r in zip(batch.prompt_ids, batch.response_ids)]
-        width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for i, s in enumerate(seqs):
-            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-            mask[i, : len(s)] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = torch.arange(width, device=self.device)[None, :].expand(len(seqs), -1)
-        out = self.model.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=positions)
-        return out.last_hidden_state, prompt_lens, resp_lens
+    def autocast(self):
+        """Mixed precision for forward passes when ``compute_dtype`` is set (weights stay as they are)."""
+        if self.compute_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=_DTYPES[self.compute_dtype])
 
     # -- helpers ---------------------------------------------------------------------
     def _base_config(self) -> Any:
@@ -477,3 +547,57 @@ def _add_lora(model: nn.Module, lora: dict[str, Any]) -> nn.Module:
     settings = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": "all-linear"}
     settings.update(lora)
     return get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **settings))
+
+
+class _PrefixTree:
+    """The candidate answers of one row as a prefix tree of the tokens fed after the prompt.
+
+    Answer ``a`` feeds ``a[:-1]``; the node of prefix ``a[:k]`` (k >= 1) holds token
+    ``a[k-1]`` at depth ``k-1`` and its output predicts ``a[k]``.  ``predictions`` lists
+    (node, next token) for every candidate token after the first, in candidate order.
+    """
+
+    def __init__(self, answers: list[list[int]]):
+        self.tokens: list[int] = []
+        self.depths: list[int] = []
+        self.parents: list[int] = []
+        self.predictions: list[tuple[int, int]] = []
+        nodes: dict[tuple[int, ...], int] = {}
+        for answer in answers:
+            parent = -1
+            for k in range(1, len(answer)):
+                prefix = tuple(answer[:k])
+                node = nodes.get(prefix)
+                if node is None:
+                    node = nodes[prefix] = len(self.tokens)
+                    self.tokens.append(answer[k - 1])
+                    self.depths.append(k - 1)
+                    self.parents.append(parent)
+                self.predictions.append((node, answer[k]))
+                parent = node
+
+    def ancestry(self) -> torch.Tensor:
+        """``[n, n]`` bool: node i may attend to node j (j is i or an ancestor of i)."""
+        n = len(self.tokens)
+        seen = torch.zeros((n, n), dtype=torch.bool)
+        for i, parent in enumerate(self.parents):  # parents come before their children
+            if parent >= 0:
+                seen[i] = seen[parent]
+            seen[i, i] = True
+        return seen
+
+
+def _passes(order: list[int], sizes: list[int], budget: int) -> list[list[int]]:
+    """Cut ``order`` into consecutive passes whose rows x widest row stays within ``budget`` tokens."""
+    passes: list[list[int]] = []
+    current: list[int] = []
+    widest = 0
+    for k in order:
+        if current and (len(current) + 1) * max(widest, sizes[k]) > budget:
+            passes.append(current)
+            current, widest = [], 0
+        current.append(k)
+        widest = max(widest, sizes[k])
+    if current:
+        passes.append(current)
+    return passes

@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+
+
 class ConfigError(ValueError):
     """A config file or override the trainer cannot use."""
 
@@ -43,7 +46,13 @@ class ModelConfig:
     device: str = "auto"
     """'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:1', ..."""
     dtype: str = "float32"
-    """Weights' dtype: float32, bfloat16 or float16."""
+    """Weights' dtype: float32 (the master weights to train), bfloat16 or float16 (inference-sized runs only)."""
+    compute_dtype: str | None = None
+    """Autocast dtype of forward passes (bfloat16 on GPUs: fast, while float32 weights keep small updates); None: the weights' dtype."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer in the backward pass instead of storing its activations (long prompts, big models)."""
+    logits_chunk: int = 1024
+    """Response positions whose vocabulary logits are built at once when scoring (bounds memory at 152k vocabularies)."""
     lora: dict[str, Any] | None = None
     """peft LoraConfig kwargs (e.g. {r: 8}); None trains every weight."""
     use_chat_template: bool | None = None
@@ -198,6 +207,13 @@ class TrainConfig:
             raise ConfigError(
                 f"optim.mini_batch_size ({o.mini_batch_size}) must be >= optim.micro_batch_size ({o.micro_batch_size})"
             )
+        for name, value in (("model.dtype", self.model.dtype), ("model.compute_dtype", self.model.compute_dtype)):
+            if value is not None and value not in DTYPES:
+                close = difflib.get_close_matches(str(value), DTYPES, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(f"{name} must be one of {list(DTYPES)}, got {value!r}{hint}")
+        if self.model.logits_chunk < 1:
+            raise ConfigError(f"model.logits_chunk must be >= 1, got {self.model.logits_chunk}")
         if e.anchor_mode not in ("state", "observation"):
             raise ConfigError(f"env.anchor_mode must be 'state' or 'observation', got {e.anchor_mode!r}")
         if e.reward_source not in ("won", "env"):

@@ -14,6 +14,7 @@ import contextlib
 import copy
 import json
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,8 @@ def build_policy(cfg: TrainConfig):
 
     m = cfg.model
     kwargs = dict(
-        device=m.device, dtype=m.dtype, lora=m.lora, use_chat_template=m.use_chat_template,
+        device=m.device, dtype=m.dtype, compute_dtype=m.compute_dtype, gradient_checkpointing=m.gradient_checkpointing,
+        logits_chunk=m.logits_chunk, lora=m.lora, use_chat_template=m.use_chat_template,
         system_prompt=m.system_prompt, max_prompt_tokens=m.max_prompt_tokens, response_prefix=m.response_prefix,
         choose_admissible=m.choose_admissible,
         critic=_algorithm(cfg).needs_critic, sampling_seed=cfg.seed,
@@ -99,6 +101,11 @@ class Trainer:
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.algo = _algorithm(cfg)
+        if cfg.model.dtype != "float32" and (cfg.iterations or cfg.sft.steps):
+            warnings.warn(
+                f"model.dtype is {cfg.model.dtype}: an optimizer step smaller than the weight's precision (2^-8 of it in "
+                "bfloat16) is lost, so at small learning rates most weights never change; train float32 weights with "
+                f"model.compute_dtype: {cfg.model.dtype} instead", stacklevel=2)
         self.policy = policy if policy is not None else build_policy(cfg)
         self.device = self.policy.device
         o = cfg.optim
@@ -205,9 +212,7 @@ class Trainer:
                 for a in range(0, len(mini), o.micro_batch_size):
                     idx = [int(i) for i in mini[a : a + o.micro_batch_size]]
                     part = tokens.select(idx)
-                    scores = self.policy.log_probs(
-                        part, with_entropy=self.weights.entropy_coef > 0, with_values=targets is not None
-                    )
+                    scores = self.policy(part, with_entropy=self.weights.entropy_coef > 0, with_values=targets is not None)
                     width = scores.log_probs.shape[1]
                     loss, st = policy_loss(
                         scores.log_probs, _pad([old[i] for i in idx], width, self.device),
