@@ -50,13 +50,14 @@ def worker(args: argparse.Namespace) -> None:
     records = []
     try:
         for it in range(1, args.iterations + 2):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             rollout = collect(trainer.policy, trainer.envs, trainer.sampling(it), seed=derive_seed(cfg.seed, it),
                               shaping=trainer.shaping)
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()
             trainer.update(rollout, it)
-            t2 = time.perf_counter()
+            t2, c2 = time.perf_counter(), time.process_time()
             records.append({
+                "rollout_cpu_s": c1 - c0, "update_cpu_s": c2 - c1, "iteration_cpu_s": c2 - c0,
                 "rows": len(rollout), "prompt_tokens": sum(len(p) for p in rollout.prompt_ids),
                 "success": sum(e.won for e in rollout.episodes) / len(rollout.episodes),
                 "rollout_s": t1 - t0, "generate_s": rollout.generate_seconds, "update_s": t2 - t1,
@@ -81,6 +82,8 @@ def export_revision(revision: str, into: Path) -> Path:
 
 def run_version(label: str, pythonpath: Path | None, args: argparse.Namespace) -> dict:
     env = dict(os.environ)
+    if args.threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(args.threads)
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
     cmd = [sys.executable, __file__, "--worker", "--config", args.config, "--iterations", str(args.iterations)]
@@ -95,7 +98,8 @@ def run_version(label: str, pythonpath: Path | None, args: argparse.Namespace) -
 
 def summarise(runs: list[dict]) -> dict:
     its = [r for run in runs for r in run["iterations"]]
-    keys = ("iteration_s", "rollout_s", "generate_s", "update_s", "rows", "prompt_tokens", "success")
+    keys = ("iteration_s", "rollout_s", "generate_s", "update_s", "iteration_cpu_s", "rollout_cpu_s", "update_cpu_s",
+            "rows", "prompt_tokens", "success")
     return {k: statistics.median(r[k] for r in its) for k in keys} | {"n": len(its)}
 
 
@@ -108,6 +112,8 @@ def main() -> None:
     p.add_argument("--iterations", type=int, default=2, help="timed iterations per process, after one warm-up")
     p.add_argument("--repeats", type=int, default=2, help="processes per version (alternating old/new)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads per process (1 keeps a busy machine's figures comparable; default: torch's)")
     p.add_argument("--out", default=None, help="write the results JSON here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -130,11 +136,14 @@ def main() -> None:
     for label, s in result["summary"].items():
         print(f"{label:>4}: iteration {s['iteration_s']:6.2f} s (rollout {s['rollout_s']:5.2f} s, of which generation "
               f"{s['generate_s']:5.2f} s; update {s['update_s']:5.2f} s)  {s['rows']:.0f} rows, "
-              f"{s['prompt_tokens'] / max(s['rows'], 1):.0f} prompt tokens/row, success {s['success']:.2f}  [median of {s['n']}]")
+              f"{s['prompt_tokens'] / max(s['rows'], 1):.0f} prompt tokens/row, success {s['success']:.2f}, "
+              f"CPU {s['iteration_cpu_s']:6.2f} s  [median of {s['n']}]")
     if "old" in result["summary"]:
-        ratio = result["summary"]["old"]["iteration_s"] / result["summary"]["new"]["iteration_s"]
-        result["speedup"] = ratio
-        print(f"speed-up of this checkout over {args.baseline}: {ratio:.2f}x")
+        old, new = result["summary"]["old"], result["summary"]["new"]
+        result["speedup"] = old["iteration_s"] / new["iteration_s"]
+        result["speedup_cpu"] = old["iteration_cpu_s"] / new["iteration_cpu_s"]
+        print(f"speed-up of this checkout over {args.baseline}: {result['speedup']:.2f}x wall, "
+              f"{result['speedup_cpu']:.2f}x CPU time")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2))
 

@@ -100,3 +100,11 @@ def test_history_prompt_can_show_an_info_key_as_the_task():
     assert f"Your task:\n{info['goal']}\n" in text and "Welcome to TextWorld" not in text
     with pytest.raises(KeyError, match="task_key 'nope' is not in the env's info"):
         HistoryPrompt(gym.make(COUNTER), task_key="nope").reset(seed=0)
+
+
+def test_history_prompt_can_leave_the_admissible_actions_to_the_policy():
+    env = HistoryPrompt(gym.make(COUNTER), history_length=1, list_actions=False)
+    text, info = env.reset(seed=0)
+    assert "Admissible actions" not in text and info["admissible_actions"] == ["inc", "stop"]
+    text, *_, info = env.step("inc")
+    assert "Admissible actions" not in text and "[Step 1 action] inc" in text

@@ -23,7 +23,10 @@ class HistoryPrompt(gym.Wrapper):
     ``metadata["prompt_intro"]`` / ``metadata["action_format"]``, else generic texts.
     ``task_key`` names an info key to show as the task instead (ALFWorld's ``"goal"``:
     the goal sentence alone, as in the GiGPO paper's prompt, not the whole room).
-    History is two steps by default, as in the GiGPO paper.
+    History is two steps by default, as in the GiGPO paper.  ``list_actions=False``
+    leaves the admissible actions out of the prompt, for a policy that chooses among
+    them itself (``HFPolicy(choose_admissible=True)``): the prompt is then about half
+    as long in ALFWorld.
 
     >>> import gymnasium as gym, gigpo_gym
     >>> env = HistoryPrompt(gym.make("gigpo_gym/SearchQA-v0"), history_length=1)
@@ -39,6 +42,7 @@ class HistoryPrompt(gym.Wrapper):
         intro: str | None = None,
         action_format: str | None = None,
         task_key: str | None = None,
+        list_actions: bool = True,
     ):
         if not isinstance(history_length, int) or history_length < 0:
             raise ValueError(f"history_length must be an int >= 0, got {history_length!r}")
@@ -48,6 +52,7 @@ class HistoryPrompt(gym.Wrapper):
         self.intro = intro if intro is not None else meta.get("prompt_intro", DEFAULT_INTRO)
         self.action_format = action_format if action_format is not None else meta.get("action_format", COMMAND_FORMAT)
         self.task_key = task_key
+        self.list_actions = bool(list_actions)
         self.observation_space = String(MAX_PROMPT_LENGTH)
         self._history: deque[tuple[str, str]] = deque(maxlen=max(history_length, 1))
         self._task = ""
@@ -86,7 +91,7 @@ class HistoryPrompt(gym.Wrapper):
                     lines.append(f"[Step {k} observation] {past_obs}\n[Step {k} action] {past_action}")
                 parts.append("\n".join(lines))
             parts.append(f"Current observation (step {self._steps + 1}):\n{obs}")
-        admissible = info.get("admissible_actions") or []
+        admissible = (info.get("admissible_actions") or []) if self.list_actions else []
         if admissible:
             parts.append("Admissible actions: " + " | ".join(admissible))
         parts.append(self.action_format)

@@ -95,6 +95,8 @@ class EnvConfig:
     """Last line of every prompt, the answer format (None: the env's own)."""
     task_key: str | None = None
     """Info key shown as the task on every step (ALFWorld: 'goal', as the paper's prompt); None: the first observation."""
+    list_actions: bool = True
+    """List the admissible actions in every prompt (False: leave them out, for models.choose_admissible policies)."""
     reward_scale: float = 10.0
     """Reward of a won episode (paper: 10)."""
     reward_source: str = "won"
@@ -191,6 +193,8 @@ class TrainConfig:
     """Show progress bars."""
     eval_before: bool = True
     """Evaluate the untrained model first (and again after the SFT warm start)."""
+    deterministic: bool = True
+    """Ask torch for deterministic kernels (cuDNN, cuBLAS workspaces); a run then repeats exactly on the same machine."""
 
     def __post_init__(self) -> None:
         o, e = self.optim, self.env

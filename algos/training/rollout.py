@@ -204,13 +204,14 @@ def collect(
 
 def wrap_llm_env(
     env: Any, history_length: int = 2, anchor_mode: str = "state", intro: str | None = None,
-    action_format: str | None = None, task_key: str | None = None,
+    action_format: str | None = None, task_key: str | None = None, list_actions: bool = True,
 ) -> Any:
     """The LLM stack ``ActionParser(HistoryPrompt(AnchorKey(env)))`` with prompt texts chosen."""
     from gigpo_gym.wrappers import ActionParser, AnchorKey, HistoryPrompt
 
     prompt = HistoryPrompt(
-        AnchorKey(env, mode=anchor_mode), history_length, intro=intro, action_format=action_format, task_key=task_key
+        AnchorKey(env, mode=anchor_mode), history_length, intro=intro, action_format=action_format, task_key=task_key,
+        list_actions=list_actions,
     )
     return ActionParser(prompt)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
 import time
 import warnings
 from pathlib import Path
@@ -76,7 +77,7 @@ def prompt_settings(cfg: TrainConfig) -> dict[str, Any]:
     """The prompt wrapper's settings of a run (``wrap_llm_env`` kwargs): evaluate as trained."""
     e = cfg.env
     return {"history_length": e.history_length, "anchor_mode": e.anchor_mode, "intro": e.prompt_intro,
-            "action_format": e.action_format, "task_key": e.task_key}
+            "action_format": e.action_format, "task_key": e.task_key, "list_actions": e.list_actions}
 
 
 def _wrapper(cfg: TrainConfig):
@@ -91,6 +92,23 @@ def _pad(rows: list[list[float]], width: int, device: torch.device) -> torch.Ten
     return out.to(device)
 
 
+def configure_determinism(enabled: bool) -> None:
+    """Deterministic kernels where torch offers them cheaply.
+
+    On CPU the kernels the trainer uses are already deterministic for a fixed thread
+    count; on CUDA this fixes cuBLAS's workspace (which must be set before its first
+    use), turns off cuDNN's benchmark autotuning and asks for deterministic
+    algorithms (warning, not failing, where an op has none).
+    """
+    if not enabled:
+        return
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    if torch.cuda.is_available():
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
 class Trainer:
     """Owns the policy, the reference, the optimiser, the envs and the run folder."""
 
@@ -101,6 +119,7 @@ class Trainer:
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.algo = _algorithm(cfg)
+        configure_determinism(cfg.deterministic)
         if cfg.model.dtype != "float32" and (cfg.iterations or cfg.sft.steps):
             warnings.warn(
                 f"model.dtype is {cfg.model.dtype}: an optimizer step smaller than the weight's precision (2^-8 of it in "
