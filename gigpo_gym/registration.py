@@ -89,7 +89,9 @@ def register_envs() -> None:
                 id=spec.id,
                 entry_point=spec.entry_point,
                 max_episode_steps=spec.max_episode_steps,
-                disable_env_checker=False,
+                # gymnasium's passive checker adds nothing to the suite's own contract tests, and
+                # in gymnasium 1.4 a refused first reset leaves it raising TypeError on every step
+                disable_env_checker=True,
                 kwargs=dict(spec.kwargs),
             )
 

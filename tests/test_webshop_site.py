@@ -18,7 +18,7 @@ from gigpo_gym.envs.webshop.engine import WebShopEngine
 from gigpo_gym.envs.webshop.env import WebShopEnv
 from gigpo_gym.envs.webshop.render import render_text, render_text_rich
 from gigpo_gym.envs.webshop.shop import load_shop
-from gigpo_gym.envs.webshop.site import MAX_QUERY_CHARS, LocalSite, create_app
+from gigpo_gym.envs.webshop.site import MAX_QUERY_CHARS, BadRequest, LocalSite, SessionTable, create_app
 
 
 class PageReader(HTMLParser):
@@ -61,7 +61,7 @@ def read(html: str) -> PageReader:
 
 @pytest.fixture(scope="module")
 def site():
-    server = LocalSite(load_shop(None, 1000, None), max_sessions=64)
+    server = LocalSite(load_shop(None, 1000, None), max_sessions=256)
     yield server.url
     server.stop()
 
@@ -159,7 +159,7 @@ def test_stale_pages_and_non_clickable_elements_are_refused(client):
 HOSTILE = [
     ("GET", "/start?seed=-1", None, 422),
     ("GET", "/start?seed=abc", None, 422),
-    ("GET", "/start?seed=99999999999999999999999", None, 422),
+    ("GET", "/start?seed=" + "9" * 4301, None, 422),  # past the 4,300 digits of any printable seed
     ("GET", "/start?seed=%D9%A3", None, 422),  # a non-ASCII digit
     ("GET", "/start?split=tset", None, 422),
     ("GET", "/start?task_id=webshop-999999", None, 404),
@@ -223,17 +223,45 @@ def test_server_stays_up_under_a_bounded_hostile_load(site, client):
         statuses = list(pool.map(one, range(400)))
     assert all(s < 500 for s in statuses) and statuses.count(200) == 100
     health = client.get("/health").json()
-    assert health["status"] == "ok" and health["sessions"] <= 64  # the session table stays bounded
+    assert health["status"] == "ok" and health["sessions"] <= 256  # the session table stays bounded
 
 
-def test_sessions_are_dropped_least_recently_used_first():
-    from fastapi.testclient import TestClient
+def test_seeds_past_2_64_pick_the_text_envs_goal(client):
+    env = WebShopEnv(split="test")
+    for seed in (2**64, 2**64 + 7, 10**300 + 1):
+        _, info = env.reset(seed=seed)
+        _, reader = start(client, split="test", seed=seed)
+        assert reader.body["data-ws-task-id"] == info["task_id"]
 
-    c = TestClient(create_app(load_shop(None, 1000, None), max_sessions=2))
-    paths = [c.get("/start", params={"seed": i}, follow_redirects=False).headers["location"] for i in range(3)]
-    assert c.get(paths[0]).status_code == 404 and c.get(paths[2]).status_code == 200
+
+def test_a_full_session_table_answers_503_with_retry_after_and_keeps_live_sessions():
+    site = LocalSite(load_shop(None, 1000, None), max_sessions=2, session_idle_seconds=600)
+    try:
+        heads = [_raw(site.url, f"GET /start?seed={i} HTTP/1.1\r\nHost: x\r\n\r\n") for i in range(3)]
+        assert [h.split(b" ", 2)[1] for h in heads] == [b"303", b"303", b"503"]
+        assert re.search(rb"\r\nretry-after: (\d+)\r\n", heads[2], re.IGNORECASE).group(1) == b"600"
+        live = re.search(rb"\r\nlocation: (\S+)\r\n", heads[0], re.IGNORECASE).group(1).decode()
+        assert _raw(site.url, f"GET {live} HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 200")
+    finally:
+        site.stop()
     with pytest.raises(ValueError, match="max_sessions must be >= 1"):
         create_app(load_shop(None, 1000, None), max_sessions=0)
+
+
+def test_only_sessions_idle_long_enough_make_room():
+    now = [0.0]
+    table = SessionTable(2, idle_seconds=8, clock=lambda: now[0])
+    shop = load_shop(None, 1000, None)
+    a, b = (table.add(WebShopEngine(shop).new_session(shop.goals[i])) for i in range(2))
+    now[0] = 5
+    assert table.get(a) is not None  # a is used again; b is now the least recently used
+    now[0] = 10
+    c = table.add(WebShopEngine(shop).new_session(shop.goals[2]))  # b was idle 10 s >= 8: dropped
+    assert table.get(b) is None and table.get(a) is not None and table.get(c) is not None
+    now[0] = 11  # a (used at 10) and c (used at 10) are live: no room for 7 more seconds
+    with pytest.raises(BadRequest) as refused:
+        table.add(WebShopEngine(shop).new_session(shop.goals[3]))
+    assert refused.value.status == 503 and refused.value.headers == {"Retry-After": "7"}
 
 
 def test_serve_cli_binds_loopback_by_default():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import re
 from typing import Any
 
 import gymnasium as gym
@@ -19,6 +20,8 @@ from gigpo_gym.core.spaces import String
 
 #: Keys present in every ``info`` dict returned by ``reset`` and ``step``.
 INFO_KEYS = ("admissible_actions", "anchor", "action_valid", "won", "task_id", "task_type")
+#: Surrogate code points: a Python ``str`` may hold them alone, UTF-8 (and a browser) cannot.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def derive_seed(*parts: int) -> int:
@@ -38,6 +41,8 @@ class TextEnv(gym.Env[str, str]):
         ``max_action_length`` raise ``ValueError`` naming the bound.  Any other bad
         action is *not* an exception: the env answers as the original benchmark does
         and sets ``info["action_valid"] = False``.  The empty string is always invalid.
+        Surrogate code points (no UTF-8 text holds them) are read as U+FFFD, so
+        anchors, logs, servers and browsers only ever see encodable text.
     Reward
         The original benchmark's own (ALFWorld 1.0 on success, WebShop the purchase
         score, SearchQA exact match).  Shaping and penalties belong to the trainer.
@@ -107,7 +112,7 @@ class TextEnv(gym.Env[str, str]):
             raise RuntimeError("call reset() before step()")
         if self._done:
             raise RuntimeError("the episode has ended; call reset() before step()")
-        obs, reward, terminated, info = self._step(action)
+        obs, reward, terminated, info = self._step(_SURROGATE.sub("\ufffd", action))
         self._obs, self._done = obs, bool(terminated)
         return obs, float(reward), bool(terminated), False, self._complete(info, valid=True)
 

@@ -4,8 +4,10 @@
 answers ``{"result": [[{"document": {"id", "title", "contents"}, "score": s}, ...]]}``
 (without scores each entry is the document).  Hostile input gets a 4xx and the
 server stays up: the body size is checked before anything is parsed (413),
-malformed JSON is a 400, and a bad field, too many queries or a topk out of
-bounds is a 422.  Binds to 127.0.0.1 unless told otherwise.
+a body cut short or malformed JSON is a 400, and a bad field, too many queries or a
+topk out of bounds is a 422.  Connections get the limits of
+``core.net.ServerLimits`` (head size and fields, slow clients).  Binds to 127.0.0.1
+unless told otherwise.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from gigpo_gym.core.net import BodyError, ServerLimits, read_body, uvicorn_options
 from gigpo_gym.envs.searchqa.retrieval import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_QUERIES,
@@ -25,24 +28,6 @@ from gigpo_gym.envs.searchqa.retrieval import (
     MAX_TOPK,
     Retriever,
 )
-
-
-class _RequestTooLarge(Exception):
-    pass
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The request body, refusing more than ``limit`` bytes (declared or streamed)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > limit):
-        raise _RequestTooLarge
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _RequestTooLarge
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _validate(payload: Any, max_queries: int, max_topk: int) -> tuple[list[str], int, bool]:
@@ -89,9 +74,9 @@ def create_app(
     @app.post("/retrieve")
     async def retrieve(request: Request):
         try:
-            body = await _read_body(request, max_body_bytes)
-        except _RequestTooLarge:
-            return error(413, f"request body larger than {max_body_bytes} bytes")
+            body = await read_body(request, max_body_bytes)
+        except BodyError as e:
+            return error(e.status, e.message)
         try:
             payload = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
@@ -113,8 +98,9 @@ def create_app(
     return app
 
 
-def serve(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, **bounds: int) -> None:
+def serve(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, limits: ServerLimits = ServerLimits(),
+          **bounds: int) -> None:  # fmt: skip
     """Run the server with uvicorn until interrupted."""
     import uvicorn
 
-    uvicorn.run(create_app(retriever, **bounds), host=host, port=port, log_level="info", limit_concurrency=64)
+    uvicorn.run(create_app(retriever, **bounds), host=host, port=port, log_level="info", **uvicorn_options(limits))

@@ -52,7 +52,8 @@ class Analyzer:
         for word in _WORD.findall(_POSSESSIVE.sub("", text.lower())):
             stem = cache.get(word, "")
             if stem == "":
-                stem = None if word in self._stop else self._stemmer.stemWord(word)
+                # Snowball's Porter stems "s" to "" (Lucene's keeps it): keep the word
+                stem = None if word in self._stop else self._stemmer.stemWord(word) or word
                 cache[word] = stem
             if stem is not None:
                 out.append(stem)

@@ -10,11 +10,15 @@ Routes
     repeats an action).  ``GET /health`` describes the shop; ``/static/`` holds the
     style sheet.
 Hostile input
-    Bodies over ``max_body_bytes`` (413), malformed or oversized fields (422), a
-    stale page version (409), unknown sessions or paths (404) get an error page and
-    the server stays up.  Static files come from Starlette's ``StaticFiles``, which
-    refuses any path that resolves outside the static folder.  Sessions are held in
-    a bounded LRU table.  Binds to 127.0.0.1 unless told otherwise.
+    Bodies over ``max_body_bytes`` (413) or cut short (400), malformed or oversized
+    fields (422), a stale page version (409), unknown sessions or paths (404) get an
+    error page and the server stays up.  Static files come from Starlette's
+    ``StaticFiles``, which refuses any path that resolves outside the static folder.
+    At most ``max_sessions`` sessions live at once: when the table is full, the least
+    recently used session is dropped if it has been idle ``session_idle_seconds``,
+    else ``/start`` answers 503 with ``Retry-After``.  Connections get the limits of
+    ``core.net.ServerLimits`` (head size and fields, slow clients).  Binds to
+    127.0.0.1 unless told otherwise.
 Handlers are ``async`` and do their (sub-millisecond) engine work inline, so one
 event loop owns every session and no lock is needed.
 """
@@ -22,10 +26,9 @@ event loop owns every session and no lock is needed.
 from __future__ import annotations
 
 import json
+import math
 import re
 import secrets
-import socket
-import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -37,6 +40,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from gigpo_gym.core.net import BodyError, ServerLimits, ThreadedServer, read_body, uvicorn_options
 from gigpo_gym.envs.webshop import pages as P
 from gigpo_gym.envs.webshop.engine import Session, WebShopEngine
 from gigpo_gym.envs.webshop.goals import SPLITS, split_goals
@@ -45,6 +49,10 @@ from gigpo_gym.envs.webshop.shop import Shop
 
 DEFAULT_MAX_BODY_BYTES = 8192
 DEFAULT_MAX_SESSIONS = 4096
+#: A full table drops its least recently used session only after this much idle time.
+DEFAULT_SESSION_IDLE_SECONDS = 600.0
+#: Digits of a ``seed`` (Python's default bound on int/str conversion): any seed the text env can print.
+MAX_SEED_DIGITS = 4300
 #: Longest search query (the text env's 1,024-character actions less ``search[]``).
 MAX_QUERY_CHARS = 1016
 _SESSION_ID = re.compile(r"[0-9a-f]{16}")
@@ -56,25 +64,38 @@ class SiteSession:
     session: Session
     #: Bumped by every applied action; a form carries the version it was rendered at.
     version: int = 0
+    #: ``clock()`` when the session was last opened or shown.
+    used: float = 0.0
 
 
 class SessionTable:
-    """Sessions by id, least recently used dropped beyond ``capacity``."""
+    """At most ``capacity`` sessions by id; a session idle ``idle_seconds`` makes room for a new one.
 
-    def __init__(self, capacity: int):
-        self.capacity = capacity
-        self._table: OrderedDict[str, SiteSession] = OrderedDict()
+    Live sessions (an agent between two steps) are never dropped for a newcomer: when every
+    session was used within ``idle_seconds``, ``add`` raises BadRequest 503 with ``Retry-After``.
+    """
+
+    def __init__(self, capacity: int, idle_seconds: float = DEFAULT_SESSION_IDLE_SECONDS, clock=time.monotonic):
+        self.capacity, self.idle_seconds, self._clock = capacity, idle_seconds, clock
+        self._table: OrderedDict[str, SiteSession] = OrderedDict()  # least recently used first
 
     def add(self, session: Session) -> str:
-        sid = secrets.token_hex(8)
-        self._table[sid] = SiteSession(session)
-        if len(self._table) > self.capacity:
+        now = self._clock()
+        if len(self._table) >= self.capacity:
+            oldest = next(iter(self._table.values()))
+            wait = oldest.used + self.idle_seconds - now
+            if wait > 0:
+                raise BadRequest(503, f"all {self.capacity} sessions are in use; try again later",
+                                 headers={"Retry-After": str(max(1, math.ceil(wait)))})  # fmt: skip
             self._table.popitem(last=False)
+        sid = secrets.token_hex(8)
+        self._table[sid] = SiteSession(session, used=now)
         return sid
 
     def get(self, sid: str) -> SiteSession | None:
         entry = self._table.get(sid) if _SESSION_ID.fullmatch(sid) else None
         if entry is not None:
+            entry.used = self._clock()
             self._table.move_to_end(sid)
         return entry
 
@@ -83,23 +104,9 @@ class SessionTable:
 
 
 class BadRequest(Exception):
-    def __init__(self, status: int, message: str, back: str | None = None):
+    def __init__(self, status: int, message: str, back: str | None = None, headers: dict[str, str] | None = None):
         super().__init__(message)
-        self.status, self.message, self.back = status, message, back
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refusing more than ``limit`` bytes (declared or streamed)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > limit):
-        raise BadRequest(413, f"request body larger than {limit} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BadRequest(413, f"request body larger than {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        self.status, self.message, self.back, self.headers = status, message, back, headers
 
 
 def parse_form(body: bytes) -> dict[str, str]:
@@ -122,6 +129,13 @@ def _int_field(value: str | None, name: str, upper: int) -> int:
     return int(value)
 
 
+def _seed_field(value: str) -> int:
+    """A seed as ``reset(seed=s)`` takes it: any integer s >= 0 (written in decimal)."""
+    if not value.isascii() or not value.isdigit() or len(value) > MAX_SEED_DIGITS:
+        raise BadRequest(422, f"'seed' must be an integer >= 0 of at most {MAX_SEED_DIGITS} digits, got {value!r:.40}")
+    return int(value)
+
+
 def page_context(engine: WebShopEngine, sid: str, entry: SiteSession) -> tuple[P.Page, dict[str, Any]]:
     """The page model of a session and everything its template shows or marks."""
     s = entry.session
@@ -139,13 +153,19 @@ def page_context(engine: WebShopEngine, sid: str, entry: SiteSession) -> tuple[P
 
 
 def create_app(
-    shop: Shop, *, max_sessions: int = DEFAULT_MAX_SESSIONS, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    shop: Shop,
+    *,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    session_idle_seconds: float = DEFAULT_SESSION_IDLE_SECONDS,
 ) -> FastAPI:
     """The FastAPI app serving ``shop``; sessions live in the app (one engine)."""
     if max_sessions < 1 or max_body_bytes < 256:
         raise ValueError(f"max_sessions must be >= 1 and max_body_bytes >= 256, got {max_sessions}, {max_body_bytes}")
+    if not session_idle_seconds >= 0:
+        raise ValueError(f"session_idle_seconds must be >= 0, got {session_idle_seconds!r}")
     engine = WebShopEngine(shop)
-    sessions = SessionTable(max_sessions)
+    sessions = SessionTable(max_sessions, session_idle_seconds)
     goal_by_id = {g.task_id: g for g in shop.goals}
     templates = make_environment()
     app = FastAPI(title="WebShop", docs_url=None, redoc_url=None, openapi_url=None)
@@ -154,12 +174,18 @@ def create_app(
     def html(template: str, code: int = 200, **context: Any) -> HTMLResponse:
         return HTMLResponse(templates.get_template(template).render(**context), status_code=code)
 
-    def error_page(status: int, message: str, back: str | None = None) -> HTMLResponse:
-        return html("error.html", status, status=status, message=message, back=back)
+    def error_page(status: int, message: str, back: str | None = None, headers: dict | None = None) -> HTMLResponse:
+        page = html("error.html", status, status=status, message=message, back=back)
+        page.headers.update(headers or {})
+        return page
 
     @app.exception_handler(BadRequest)
     async def bad_request(request: Request, e: BadRequest) -> HTMLResponse:
-        return error_page(e.status, e.message, e.back)
+        return error_page(e.status, e.message, e.back, e.headers)
+
+    @app.exception_handler(BodyError)
+    async def bad_body(request: Request, e: BodyError) -> HTMLResponse:
+        return error_page(e.status, e.message)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, e: StarletteHTTPException) -> HTMLResponse:
@@ -200,7 +226,7 @@ def create_app(
                 raise BadRequest(422, str(e)[:300]) from None
             if not goals:
                 raise BadRequest(422, f"split {split!r} is empty in this shop")
-            seed = _int_field(query.get("seed", "0"), "seed", 2**64)  # reset(seed=s) takes any s >= 0
+            seed = _seed_field(query.get("seed", "0"))
             goal = goals[seed % len(goals)]
         sid = sessions.add(engine.new_session(goal))
         return RedirectResponse(f"/s/{sid}", status_code=303)
@@ -237,38 +263,16 @@ def create_app(
     return app
 
 
-def serve(shop: Shop, host: str = "127.0.0.1", port: int = 3000, **bounds: int) -> None:
+def serve(shop: Shop, host: str = "127.0.0.1", port: int = 3000, limits: ServerLimits = ServerLimits(),
+          **bounds: Any) -> None:  # fmt: skip
     """Run the site with uvicorn until interrupted."""
     import uvicorn
 
-    uvicorn.run(create_app(shop, **bounds), host=host, port=port, log_level="info", limit_concurrency=64)
+    uvicorn.run(create_app(shop, **bounds), host=host, port=port, log_level="info", **uvicorn_options(limits))
 
 
-class LocalSite:
+class LocalSite(ThreadedServer):
     """The site on an ephemeral 127.0.0.1 port, served by uvicorn in a daemon thread of this process."""
 
-    def __init__(self, shop: Shop, start_timeout: float = 20.0, **bounds: int):
-        import uvicorn
-
-        self._socket = socket.socket()
-        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._socket.bind(("127.0.0.1", 0))
-        config = uvicorn.Config(create_app(shop, **bounds), log_level="warning", timeout_keep_alive=5,
-                                limit_concurrency=64)  # fmt: skip
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._socket]}, name="webshop-site", daemon=True
-        )
-        self._thread.start()
-        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
-        deadline = time.monotonic() + start_timeout
-        while not self._server.started and self._thread.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if not self._server.started:
-            self.stop()
-            raise RuntimeError(f"the WebShop site did not start within {start_timeout} s")
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout)
-        self._socket.close()
+    def __init__(self, shop: Shop, limits: ServerLimits = ServerLimits(), **bounds: Any):
+        super().__init__(create_app(shop, **bounds), limits, name="WebShop site")
