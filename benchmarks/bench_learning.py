@@ -1,99 +1,270 @@
-"""GiGPO vs GRPO at equal samples on embedded ALFWorld (tiny model, several seeds).
+"""GiGPO vs GRPO, paired by seed, from one shared warm start (tiny model, embedded ALFWorld).
 
-Per seed: one SFT warm start on expert demonstrations, then each algorithm trains a
-copy of that same warm-started policy with the same groups, iterations and sampling
-seeds (so the same number of episodes), and is evaluated on the held-out split
-before and after.  Reports held-out success per algorithm and seed, the mean over
-seeds, and the mean change from the shared starting point.
+Protocol: one SFT warm start (the config's, with ``--warm-start-seed``) is trained
+once, or read from ``--warm-start-file``.  For every seed, each algorithm trains a
+copy of it with the same task groups, sampling seeds and held-out tasks, so a seed
+is a matched pair.  Every run is evaluated on the held-out split before RL and after
+``--iterations`` iterations (``--eval-episodes`` distinct tasks, at the config's eval
+temperature).  Reported: held-out success per algorithm (mean +- s.e. over seeds, per
+task type), the paired difference GiGPO - GRPO with a 95% confidence interval
+(Student t over seeds), the training-rollout learning curves of both in one PNG, and
+GiGPO's step-group diagnostics (size histogram, share of rows in singleton groups:
+those get no step-level signal).
 
-    python benchmarks/bench_learning.py --seeds 0 1 2 --iterations 6
-    python benchmarks/bench_learning.py --warm-start-seed 0   # one warm start shared by every seed
+    python benchmarks/bench_learning.py --seeds 0 1 2 3 4 --iterations 30 --jobs 2
+    python benchmarks/bench_learning.py --report runs/bench_learning   # re-aggregate finished runs
+
+``--jobs 2`` runs two trainings at once, one torch thread each (on a 2-core machine
+this beats one two-thread run after another).  A finished run (its summary.json
+exists) is not run again, so an interrupted benchmark resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
+import math
+import os
+import subprocess
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from gigpo_gym.algos.training.config import load_config
-from gigpo_gym.algos.training.trainer import Trainer, _warm_start, build_policy, run_training
+ROOT = Path(__file__).resolve().parents[1]
+ALGO_KWARGS = {"gigpo": "{gamma: 0.95}", "grpo": "{}"}
+#: Two-sided 95% Student t quantiles by degrees of freedom (normal beyond).
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+       12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
 
 
-def warm_start(cfg) -> dict:
-    """The state dict of the policy after the config's SFT warm start."""
-    trainer = Trainer(cfg)
+def t95(df: int) -> float:
+    known = [d for d in T95 if d <= df]
+    return T95[max(known)] if df <= 30 and known else 1.96
+
+
+def run_config(args, seed: int, algo: str):
+    from gigpo_gym.algos.training.config import load_config
+
+    return load_config(args.config, [
+        *args.set, f"iterations={args.iterations}", f"env.eval_episodes={args.eval_episodes}",
+        f"eval_every={args.eval_every}", f"seed={seed}", f"algo.name={algo}", f"algo.kwargs={ALGO_KWARGS.get(algo, '{}')}",
+        "sft.steps=0", "eval_before=true", "progress=false", f"run_dir={Path(args.run_root) / f'seed{seed}-{algo}'}",
+    ])
+
+
+def warm_start_config(args):
+    from gigpo_gym.algos.training.config import load_config
+
+    return load_config(args.config, [*args.set, f"seed={args.warm_start_seed}", "progress=false", "algo.name=grpo",
+                                     "algo.kwargs={}", f"run_dir={Path(args.run_root) / 'warm-start'}"])
+
+
+def warm_start_file(args) -> Path:
+    """The shared SFT warm start as a safetensors file (trained once, then reused)."""
+    if args.warm_start_file:
+        return Path(args.warm_start_file)
+    path = Path(args.run_root) / "warm_start.safetensors"
+    if path.is_file():
+        return path
+    from safetensors.torch import save_model
+
+    from gigpo_gym.algos.training.trainer import Trainer, _warm_start
+    from gigpo_gym.core.data import replacing
+
+    trainer = Trainer(warm_start_config(args))
     try:
         _warm_start(trainer, echo=print)
-        return copy.deepcopy(trainer.policy.state_dict())
+        with replacing(path) as tmp:
+            save_model(trainer.policy, str(tmp))
     finally:
         trainer.close()
+    return path
 
 
-def _read_policy(cfg, path: str) -> dict:
+def train_one(args, seed: int, algo: str) -> None:
+    """One RL run from the warm start (in this process)."""
     from safetensors.torch import load_model
 
-    policy = build_policy(cfg)
-    load_model(policy, path)
-    return copy.deepcopy(policy.state_dict())
+    from gigpo_gym.algos.training.trainer import build_policy, run_training
+
+    cfg = run_config(args, seed, algo)
+    policy = build_policy(warm_start_config(args))  # the tiny tokenizer is the warm start's, whatever the seed
+    load_model(policy, str(warm_start_file(args)))
+    run_training(cfg, policy=policy, echo=lambda line: print(f"[{algo} seed {seed}] {line}", flush=True))
+
+
+def launch(args, seed: int, algo: str) -> None:
+    folder = Path(args.run_root) / f"seed{seed}-{algo}"
+    if (folder / "summary.json").is_file():
+        return
+    cmd = [sys.executable, __file__, "--one", str(seed), algo, *forwarded(args)]
+    env = dict(os.environ)
+    if args.jobs > 1:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = "1"
+    with open(Path(args.run_root) / f"seed{seed}-{algo}.log", "w") as log:
+        done = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise SystemExit(f"run seed {seed} {algo} failed: see {log.name}")
+    print(f"finished seed {seed} {algo}", flush=True)
+
+
+def forwarded(args) -> list[str]:
+    out = ["--config", args.config, "--iterations", str(args.iterations), "--eval-episodes", str(args.eval_episodes),
+           "--eval-every", str(args.eval_every), "--run-root", args.run_root, "--warm-start-seed", str(args.warm_start_seed)]
+    out += ["--warm-start-file", args.warm_start_file] if args.warm_start_file else []
+    for item in args.set:
+        out += ["--set", item]
+    return out
+
+
+# -- report ------------------------------------------------------------------------------
+def read_run(folder: Path) -> dict:
+    summary = json.loads((folder / "summary.json").read_text())
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rollouts = [r for r in records if "rollout/success" in r]
+    hist: dict[str, float] = {}
+    for r in rollouts:
+        for k, v in r.items():
+            if k.startswith("rollout/step_group_size_hist/"):
+                hist[k.rsplit("/", 1)[1]] = hist.get(k.rsplit("/", 1)[1], 0.0) + v
+    rows = sum(r["rollout/rows"] for r in rollouts)
+    shared = sum(r["rollout/step_rows_in_shared_groups"] * r["rollout/rows"] for r in rollouts)
+    before, after = summary["evals"]["initial"], summary["evals"]["after RL"]
+    return {
+        "before": before["eval/success"], "after": after["eval/success"],
+        "after_per_type": {k.split("/")[-1]: v for k, v in after.items() if k.startswith("eval/success/")},
+        "before_per_type": {k.split("/")[-1]: v for k, v in before.items() if k.startswith("eval/success/")},
+        "evals": [(r["iteration"], r["eval/success"]) for r in records if "eval/success" in r],
+        "rollout_success": [r["rollout/success"] for r in rollouts],
+        "step_group_size_hist": hist, "rows": rows, "singleton_row_share": 1.0 - shared / max(rows, 1),
+        "seconds": summary.get("seconds"),
+    }
+
+
+def mean_sem(values) -> tuple[float, float]:
+    v = np.asarray(values, dtype=float)
+    return float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else 0.0
+
+
+def report(args) -> dict:
+    root = Path(args.run_root)
+    runs = {(s, a): read_run(root / f"seed{s}-{a}") for s in args.seeds for a in args.algos
+            if (root / f"seed{s}-{a}" / "summary.json").is_file()}
+    seeds = [s for s in args.seeds if all((s, a) in runs for a in args.algos)]
+    table = {}
+    for algo in args.algos:
+        mine = [runs[(s, algo)] for s in seeds]
+        after, sem = mean_sem([r["after"] for r in mine])
+        before, _ = mean_sem([r["before"] for r in mine])
+        types = sorted({t for r in mine for t in r["after_per_type"]})
+        table[algo] = {"after_mean": after, "after_sem": sem, "before_mean": before,
+                       "per_type_after": {t: mean_sem([r["after_per_type"].get(t, 0.0) for r in mine])[0] for t in types},
+                       "per_seed_after": [r["after"] for r in mine]}
+        print(f"{algo:>6}: held-out success {100 * before:5.1f} -> {100 * after:5.1f} +- {100 * sem:.1f} "
+              f"(seeds {[round(100 * r['after'], 1) for r in mine]})")
+    result = {"seeds": seeds, "summary": table, "runs": {f"seed{s}-{a}": r for (s, a), r in runs.items()}}
+    if len(args.algos) == 2 and len(seeds) >= 2:
+        a, b = args.algos
+        diffs = [runs[(s, a)]["after"] - runs[(s, b)]["after"] for s in seeds]
+        mean, sem = mean_sem(diffs)
+        half = t95(len(diffs) - 1) * sem
+        result["paired_difference"] = {"of": f"{a} - {b}", "per_seed": diffs, "mean": mean, "sem": sem,
+                                       "ci95": [mean - half, mean + half]}
+        print(f"paired {a} - {b}: {100 * mean:+5.1f} points, 95% CI [{100 * (mean - half):+5.1f}, "
+              f"{100 * (mean + half):+5.1f}] over {len(diffs)} seeds")
+    if "gigpo" in args.algos and seeds:
+        gig = [runs[(s, "gigpo")] for s in seeds]
+        hist: dict[str, float] = {}
+        for r in gig:
+            for k, v in r["step_group_size_hist"].items():
+                hist[k] = hist.get(k, 0.0) + v
+        singleton = mean_sem([r["singleton_row_share"] for r in gig])
+        result["gigpo_step_groups"] = {"size_hist_groups": hist, "singleton_row_share": singleton[0]}
+        print(f"GiGPO step groups: {100 * singleton[0]:.1f}% of rows are alone in their step group "
+              f"(no step-level signal); group-size histogram (groups) {hist}")
+    if args.plot:
+        plot(args, runs, seeds, result, Path(args.plot))
+    return result
+
+
+def plot(args, runs, seeds, result, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (curve, bars) = plt.subplots(1, 2, figsize=(11, 4), dpi=100)
+    for algo in args.algos:
+        curves = np.array([runs[(s, algo)]["rollout_success"] for s in seeds])
+        x = np.arange(1, curves.shape[1] + 1)
+        mean = curves.mean(0)
+        sem = curves.std(0, ddof=1) / math.sqrt(len(seeds)) if len(seeds) > 1 else np.zeros_like(mean)
+        line, = curve.plot(x, mean, label=f"{algo} rollout (train tasks)")
+        curve.fill_between(x, mean - sem, mean + sem, alpha=0.2, color=line.get_color())
+        evals = {}
+        for s in seeds:
+            for it, v in runs[(s, algo)]["evals"]:
+                evals.setdefault(it, []).append(v)
+        its = sorted(evals)
+        curve.errorbar(its, [np.mean(evals[i]) for i in its],
+                       yerr=[np.std(evals[i], ddof=1) / math.sqrt(len(evals[i])) if len(evals[i]) > 1 else 0 for i in its],
+                       fmt="o--", color=line.get_color(), label=f"{algo} held-out", capsize=3)
+    curve.set_xlabel("iteration")
+    curve.set_ylabel("success rate")
+    curve.set_title(f"mean +- s.e. over {len(seeds)} paired seeds")
+    curve.grid(alpha=0.3)
+    curve.legend(fontsize=8)
+    hist = result.get("gigpo_step_groups", {}).get("size_hist_groups", {})
+    if hist:
+        labels = list(hist)
+        bars.bar(labels, [hist[k] for k in labels])
+        bars.set_xlabel("step-group size (rows sharing a state within a task group)")
+        bars.set_ylabel("step groups, all GiGPO iterations")
+        share = result["gigpo_step_groups"]["singleton_row_share"]
+        bars.set_title(f"GiGPO step groups ({100 * share:.0f}% of rows in singletons)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    print(f"wrote {path}")
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", default=str(Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"))
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
     p.add_argument("--algos", nargs="+", default=["gigpo", "grpo"])
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--iterations", type=int, default=None, help="override the config's iterations")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    p.add_argument("--iterations", type=int, default=30)
+    p.add_argument("--eval-episodes", type=int, default=128, help="held-out tasks per evaluation")
+    p.add_argument("--eval-every", type=int, default=10, help="held-out evaluation every this-many iterations")
     p.add_argument("--run-root", default="runs/bench_learning")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--warm-start-seed", type=int, default=0, help="seed of the one SFT warm start every run starts from")
+    p.add_argument("--warm-start-file", default=None, help="take the warm start from this safetensors file instead")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at once (each with one torch thread when > 1)")
+    p.add_argument("--report", metavar="RUN_ROOT", default=None, help="only aggregate the finished runs under RUN_ROOT")
+    p.add_argument("--plot", default=None, help="write the learning-curve PNG here")
     p.add_argument("--out", default=None, help="write the results JSON here")
-    p.add_argument("--warm-start-seed", type=int, default=None,
-                   help="one SFT warm start (with this seed) shared by every seed: the seeds then vary the RL only")
-    p.add_argument("--warm-start-file", default=None,
-                   help="with --warm-start-seed: take that warm start from a file instead of training it (the "
-                        "reference.safetensors of a run that began from it, e.g. runs/bench_learning/seed0-gigpo)")
+    p.add_argument("--one", nargs=2, metavar=("SEED", "ALGO"), help=argparse.SUPPRESS)
     args = p.parse_args()
-    extra = list(args.overrides) + ([f"iterations={args.iterations}"] if args.iterations is not None else [])
-    rows = []
-    started = time.perf_counter()
-    shared = None
-    for seed in args.seeds:
-        sft_seed = seed if args.warm_start_seed is None else args.warm_start_seed
-        if shared is None or args.warm_start_seed is None:
-            base = load_config(args.config, [*extra, f"seed={sft_seed}", "progress=false", "algo.name=grpo",
-                                             "algo.kwargs={}", f"run_dir={args.run_root}/seed{sft_seed}-sft"])
-            shared = warm_start(base) if args.warm_start_file is None else _read_policy(base, args.warm_start_file)
-        state = shared
-        for algo in args.algos:
-            kwargs = "{gamma: 0.95}" if algo == "gigpo" else "{}"
-            cfg = load_config(args.config, [
-                *extra, f"seed={seed}", f"algo.name={algo}", f"algo.kwargs={kwargs}", "sft.steps=0", "eval_before=true",
-                "progress=false", f"run_dir={args.run_root}/seed{seed}-{algo}",
-            ])
-            # the tiny model's tokenizer is built from the seed's demonstrations: take the warm start's
-            policy = build_policy(cfg if args.warm_start_seed is None else base)
-            policy.load_state_dict(state)
-            summary = run_training(cfg, policy=policy, echo=lambda line, a=algo, s=seed: print(f"[{a} seed {s}] {line}"))
-            before, after = summary["evals"]["initial"], summary["evals"]["after RL"]
-            rows.append({"seed": seed, "algo": algo, "before": before["eval/success"], "after": after["eval/success"],
-                         "after_per_type": {k.split("/")[-1]: v for k, v in after.items() if k.startswith("eval/success/")},
-                         "invalid_before": before["eval/invalid_action_rate"],
-                         "invalid_after": after["eval/invalid_action_rate"], "seconds": summary["seconds"]})
-    table = {}
-    for algo in args.algos:
-        mine = [r for r in rows if r["algo"] == algo]
-        after = np.array([r["after"] for r in mine])
-        gain = after - np.array([r["before"] for r in mine])
-        table[algo] = {"after_mean": float(after.mean()), "after_sem": float(after.std(ddof=1) / np.sqrt(len(after)))
-                       if len(after) > 1 else 0.0, "gain_mean": float(gain.mean()), "per_seed": after.tolist()}
-        print(f"{algo:>6}: held-out success {100 * after.mean():5.1f} +- {100 * table[algo]['after_sem']:.1f} "
-              f"(change from the shared start {100 * gain.mean():+5.1f}; seeds {[round(100 * float(a), 1) for a in after]})")
-    result = {"benchmark": "learning_gigpo_vs_grpo", "config": args.config, "overrides": extra, "seeds": args.seeds,
-              "rows": rows, "summary": table, "seconds": time.perf_counter() - started}
+    if args.one:
+        return train_one(args, int(args.one[0]), args.one[1])
+    if args.report:
+        args.run_root = args.report
+    else:
+        Path(args.run_root).mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        print(f"warm start: {warm_start_file(args)}", flush=True)
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            list(pool.map(lambda job: launch(args, *job), [(s, a) for s in args.seeds for a in args.algos]))
+        print(f"all runs done in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
+    result = report(args)
+    result.update({"benchmark": "learning_gigpo_vs_grpo", "config": args.config, "overrides": args.set,
+                   "iterations": args.iterations, "eval_episodes": args.eval_episodes,
+                   "warm_start_seed": args.warm_start_seed})
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2))
 
