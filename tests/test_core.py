@@ -11,6 +11,7 @@ import pytest
 from fake_envs import COUNTER, CounterEnv
 
 from gigpo_gym.core import INFO_KEYS, String, canonical_json, digest
+from gigpo_gym.registration import ENV_SPECS
 
 
 def test_string_space_admits_any_text_up_to_its_bound():
@@ -59,6 +60,33 @@ def test_text_env_checks_caller_input():
     assert (obs, info["action_valid"], terminated) == ("Nothing happens.", False, False)
     obs, *_ = env.step("inc")
     assert obs == "value 2"
+
+
+def test_lone_surrogates_reach_the_env_as_replacement_characters():
+    class Echo(CounterEnv):
+        def _step(self, action):
+            return action, 0.0, False, self._info(action_valid=False)
+
+    env = Echo()
+    env.reset(seed=0)
+    obs, *_, info = env.step("in\udc00c \ud83d\ude00 \U0001f600")
+    assert obs == "in\ufffdc \ufffd\ufffd \U0001f600" and obs.encode("utf-8") and info["action_valid"] is False
+
+
+@pytest.mark.parametrize("env_id", [
+    pytest.param(s.id, marks=[pytest.mark.slow, pytest.mark.alfworld_engine]) if s.extra == "alfworld" else s.id
+    for s in ENV_SPECS if s.available and s.extra != "browser"  # the browser env: test_webshop_browser.py
+])  # fmt: skip
+def test_a_refused_seed_leaves_the_env_usable(env_id):
+    env = gym.make(env_id)
+    with pytest.raises(gym.error.Error, match="Seed must be greater or equal to zero"):
+        env.reset(seed=-1)
+    obs, info = env.reset(seed=0)
+    action = info["admissible_actions"][0] if info["admissible_actions"] else "look"
+    obs, reward, terminated, truncated, info = env.step(action)
+    assert isinstance(obs, str) and set(INFO_KEYS) <= set(info)
+    assert env.reset(seed=2**64 + 3)[1]["task_id"]  # seeds past 64 bits are fine too
+    env.close()
 
 
 def test_text_env_refuses_steps_after_the_episode_ends():

@@ -5,16 +5,15 @@ from __future__ import annotations
 import argparse
 import re
 import socket
-import threading
 import time
 from pathlib import Path
 
 import gymnasium as gym
 import httpx
 import pytest
-import uvicorn
 
 import gigpo_gym  # noqa: F401
+from gigpo_gym.core.net import ServerLimits, ThreadedServer
 from gigpo_gym.envs.searchqa.bm25 import BM25Retriever
 from gigpo_gym.envs.searchqa.cli import add_serve_cli
 from gigpo_gym.envs.searchqa.corpus import load_corpus_jsonl
@@ -29,22 +28,9 @@ FIXTURES = Path(__file__).parent / "fixtures" / "searchqa" / "flashrag"
 def server():
     """A real server on an ephemeral 127.0.0.1 port, stopped after the module."""
     retriever = BM25Retriever.build(load_corpus_jsonl(FIXTURES / "corpus.jsonl"))
-    app = create_app(retriever, max_queries=4, max_topk=5, max_body_bytes=2048)
-    sock = socket.socket()
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle delay on keep-alive replies
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(app, log_level="warning", timeout_keep_alive=1)
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert srv.started, "server did not start"
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    srv.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    srv = ThreadedServer(create_app(retriever, max_queries=4, max_topk=5, max_body_bytes=2048), ServerLimits(keep_alive=1))
+    yield srv.url
+    srv.stop()
 
 
 def _post(server, **kwargs):

@@ -13,6 +13,7 @@ import time
 import warnings
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 import gigpo_gym  # noqa: F401
@@ -312,5 +313,42 @@ def test_registered_id_makes_the_browser_env(site, started):
         warnings.simplefilter("ignore")
         env = gym.make("gigpo_gym/WebShop-Browser-v0", split="test", site_url=site)
     started[0].append(env.unwrapped)
-    obs, info = env.reset(seed=0)
+    with pytest.raises(gym.error.Error, match="Seed must be greater or equal to zero"):
+        env.reset(seed=-1)
+    obs, info = env.reset(seed=0)  # a refused seed leaves the env usable
     assert obs == WebShopEnv(split="test").reset(seed=0)[0] and env.spec.max_episode_steps == 15
+    assert env.step("search[tea]")[-1]["action_valid"]
+
+
+@browser_test
+def test_seeds_past_64_bits_pick_the_text_envs_goal(browser_env, text_env):
+    for seed in (2**64, 2**64 + 5, 10**4299 + 11):
+        assert browser_env.reset(seed=seed)[0] == text_env.reset(seed=seed)[0]
+    with pytest.raises(ValueError, match="more than 4300 digits"):
+        browser_env.reset(seed=10**4300)
+
+
+@browser_test
+def test_hostile_actions_keep_the_contract_and_match_the_text_env(browser_env, text_env):
+    """Fuzzed actions (lone surrogates, NULs, bidi marks, "İ" at the bound...): same answers as the text env."""
+    from gigpo_gym.core.fuzz import fuzz_action, fuzz_env
+
+    failures = list(fuzz_env(browser_env, 150, seed=5))
+    assert not failures, "\n".join(map(str, failures))
+    rng = np.random.default_rng(6)
+    o1, i1 = text_env.reset(seed=6)
+    assert browser_env.reset(seed=6)[0] == o1
+    for _ in range(150):
+        action = fuzz_action(rng, 1024, i1["admissible_actions"])
+        if len(action) > 1024 or "\r" in action:  # refused by both / typed as a space (another anchor)
+            continue
+        step = text_env.step(action)
+        _same(step, browser_env.step(action))
+        i1 = step[-1]
+        if step[2]:
+            i1 = text_env.reset(seed=7)[1]
+            browser_env.reset(seed=7)
+    query = "İ" * 1016  # at the bound; lower-cased it is 2,032 characters
+    text_env.reset(seed=8)
+    browser_env.reset(seed=8)
+    _same(text_env.step(f"search[{query}]"), browser_env.step(f"search[{query}]"))

@@ -16,6 +16,10 @@ Actions
     (same parser, same click table, read from the DOM); an invalid action touches
     nothing.  The search box is an HTML text input, which cannot hold a carriage
     return: one in the keywords is typed as a space (same hits, a different anchor).
+    Lone surrogates never reach the browser (``TextEnv`` reads them as U+FFFD).
+Seeds
+    As the text env's (any int >= 0, 2**64 and beyond), up to 4,300 decimal digits:
+    the seed goes to the site's ``/start?seed=`` as text.
 Rewards, info
     As the text env.  Score, reward parts, state anchor, task id and type are read
     from the page's data attributes (the site reports them; the env never calls the
@@ -50,6 +54,7 @@ from gigpo_gym.envs.webshop.engine import WebShopEngine, parse_action
 from gigpo_gym.envs.webshop.env import DATA_ENV
 from gigpo_gym.envs.webshop.goals import SPLITS
 from gigpo_gym.envs.webshop.render import OBSERVATION_MODES, RENDERERS
+from gigpo_gym.envs.webshop.site import MAX_SEED_DIGITS
 
 #: One round trip: the page's data-ws nodes and the body's data attributes.
 _READ_DOM = """
@@ -64,6 +69,8 @@ return {ready: document.readyState, page: d.wsPage || null, version: d.wsVersion
         purchase: d.wsPurchase || null, search: document.querySelector('[data-ws-search]') !== null,
         message: (document.querySelector('.message') || {}).textContent || null, nodes: nodes};
 """
+#: Seeds go to the site as decimal text of at most MAX_SEED_DIGITS digits.
+_SEED_BOUND = 10**MAX_SEED_DIGITS
 _SET_QUERY = "const i = document.querySelector('[data-ws-search]'); i.value = arguments[0]; return i.value;"
 _NODE = "return document.querySelectorAll('[data-ws]')[arguments[0]];"
 
@@ -162,6 +169,8 @@ class WebShopBrowserEnv(TextEnv):
     # -- TextEnv ----------------------------------------------------------------------
     def _reset(self, seed: int, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         task_id = options.get("task_id")
+        if task_id is None and seed >= _SEED_BOUND:
+            raise ValueError(f"the seed has more than {MAX_SEED_DIGITS} digits, more than the site reads")
         query = {"task_id": str(task_id)} if task_id is not None else {"split": self.split, "seed": seed}
         url = f"{self.site_url}/start?{urlencode(query)}"
         self._session_url = None
@@ -174,14 +183,13 @@ class WebShopBrowserEnv(TextEnv):
 
     def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         name, arg = parse_action(action)
-        if arg is not None:
-            arg = arg.lower()
         target, query = None, None
         if name == "search" and arg and self._page.has_search_bar:
-            # an HTML text input cannot hold CR (LF never parses); the analyzer splits on both alike
+            # typed as written (the site lower-cases it, as the text env does: "İ" lower-cased is two
+            # characters); an HTML text input cannot hold CR (LF never parses); the analyzer splits on both alike
             target, query = click_table(self._page).get("search"), arg.replace("\r", " ")
-        elif name == "click" and arg is not None and arg != "search":
-            target = click_table(self._page).get(arg)
+        elif name == "click" and arg is not None and arg.lower() != "search":
+            target = click_table(self._page).get(arg.lower())
         if target is None:
             obs, info = self._observe(valid=False)
             return obs, 0.0, False, info
