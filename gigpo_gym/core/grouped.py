@@ -3,7 +3,9 @@
 GiGPO and GRPO compare trajectories *of the same task*, so the N copies of a group
 must get the same task (the same reset seed) while groups differ.  ``make_grouped``
 builds a gymnasium ``VectorEnv`` with that layout.  Env ``e`` belongs to group
-``e // N``; its ``info`` carries ``group_id`` and ``traj_id`` (= ``e``).
+``e // N``; its ``info`` carries ``group_id`` and ``traj_id`` (= ``e``).  ``group_offset=k``
+makes this env the slice of a larger one that starts at group ``k`` (one process of a
+data-parallel run): group ids, trajectory ids and task seeds are the larger env's.
 
 Backends run the same chunk protocol: ``sync`` holds every env in this process;
 ``async`` runs ``num_workers`` processes and ``ray`` runs ``num_workers`` Ray actors
@@ -264,12 +266,15 @@ class GroupedVectorEnv(VectorEnv):
         ray_actor_options: dict[str, Any] | None = None,
         max_worker_restarts: int = 3,
         worker_timeout: float | None = None,
+        group_offset: int = 0,
     ):
         for name, value in (("num_groups", num_groups), ("group_size", group_size)):
             if not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if not isinstance(group_offset, (int, np.integer)) or group_offset < 0:
+            raise ValueError(f"group_offset must be an int >= 0, got {group_offset!r}")
         if not isinstance(max_worker_restarts, (int, np.integer)) or max_worker_restarts < 0:
             raise ValueError(f"max_worker_restarts must be an int >= 0, got {max_worker_restarts!r}")
         if worker_timeout is not None and not worker_timeout > 0:
@@ -280,7 +285,8 @@ class GroupedVectorEnv(VectorEnv):
         self.max_worker_restarts, self.worker_restarts = int(max_worker_restarts), 0
         self.metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP if autoreset else AutoresetMode.DISABLED}
 
-        self.group_ids = np.arange(self.num_envs) // self.group_size
+        self.group_offset = int(group_offset)
+        self.group_ids = np.arange(self.num_envs) // self.group_size + self.group_offset
         self._round = 0
         self._round_seed = self.base_seed
         self._episodes = np.zeros(self.num_envs, dtype=np.int64)
@@ -490,7 +496,7 @@ class GroupedVectorEnv(VectorEnv):
     # -- helpers --------------------------------------------------------------------
     def _tag(self, info: dict[str, Any], i: int) -> dict[str, Any]:
         info["group_id"] = int(self.group_ids[i])
-        info["traj_id"] = i
+        info["traj_id"] = i + self.group_offset * self.group_size
         return info
 
     def _gather(self, rows: list[tuple], reset: bool):
@@ -526,6 +532,7 @@ def make_grouped(
     ray_actor_options: dict[str, Any] | None = None,
     max_worker_restarts: int = 3,
     worker_timeout: float | None = None,
+    group_offset: int = 0,
 ) -> GroupedVectorEnv:
     """A ``VectorEnv`` of ``num_groups`` task groups with ``group_size`` copies each.
 
@@ -538,6 +545,9 @@ def make_grouped(
     A dead worker is restarted up to ``max_worker_restarts`` times (its running
     episodes end truncated with ``info["worker_failed"]``); ``worker_timeout``
     (seconds, default none) counts a worker that takes longer to answer as dead.
+    ``group_offset=k``: these are groups ``k .. k + num_groups - 1`` of a larger grouped
+    env (same group ids, trajectory ids and task seeds), as one process of a
+    data-parallel run plays them.
 
     >>> import gigpo_gym
     >>> envs = gigpo_gym.make_grouped("gigpo_gym/SearchQA-v0", num_groups=2, group_size=3, seed=7)
@@ -562,6 +572,7 @@ def make_grouped(
         ray_actor_options=ray_actor_options,
         max_worker_restarts=max_worker_restarts,
         worker_timeout=worker_timeout,
+        group_offset=group_offset,
     )
     env.spec = None
     return env
