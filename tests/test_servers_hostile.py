@@ -180,6 +180,41 @@ def test_a_slow_client_flood_leaves_the_server_reachable(server):
             s.close()
 
 
+def test_a_flood_from_one_address_makes_room_with_its_own_connections():
+    """Over the cap, the busiest client address loses its waiting connections, not a quieter client."""
+    from fastapi import FastAPI
+
+    srv = ThreadedServer(FastAPI(), ServerLimits(max_connections=8, head_timeout=5))
+    quiet, flood = [], []
+    try:
+        for _ in range(3):  # the oldest connections, from another loopback address
+            quiet.append(socket.create_connection(("127.0.0.1", srv.port), timeout=5, source_address=("127.0.0.2", 0)))
+            quiet[-1].sendall(b"GET / HTTP/1.1\r\n")
+        time.sleep(0.1)
+        for _ in range(20):
+            flood.append(socket.create_connection(("127.0.0.1", srv.port), timeout=5))
+            flood[-1].sendall(b"GET / HTTP/1.1\r\n")
+        time.sleep(0.5)
+        for s in quiet:  # still open: nothing to read yet
+            s.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                s.recv(1)
+        closed = 0
+        for s in flood:
+            s.setblocking(False)
+            try:
+                closed += s.recv(1) == b""
+            except BlockingIOError:
+                pass
+            except ConnectionResetError:
+                closed += 1
+        assert closed == 15  # 3 + 20 connections, 8 kept: the flood's 5 newest and the quiet client's 3
+    finally:
+        for s in quiet + flood:
+            s.close()
+        srv.stop()
+
+
 def test_when_no_connection_can_make_room_a_new_one_gets_503_with_retry_after():
     from fastapi import FastAPI
 
