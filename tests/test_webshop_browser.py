@@ -297,7 +297,8 @@ def test_bad_task_id_and_finished_episode(browser_env):
 
 @browser_test
 def test_search_keywords_with_odd_characters(browser_env, text_env):
-    for seed, query in enumerate(["green\rtea", "<b>tea</b> & 'milk' \"x\"", "café 茶 ☕", "a" * 1016]):
+    queries = ["green\rtea", "<b>tea</b> & 'milk' \"x\"", "café 茶 ☕", "a" * 1016, "tea\udfff \ud800x", "\x00tea\u202e\u200f\ufeff"]
+    for seed, query in enumerate(queries):  # lone surrogates never reach Selenium; NULs and bidi marks are typed
         text_env.reset(seed=seed)
         browser_env.reset(seed=seed)
         o1, r1, t1, _, i1 = text_env.step(f"search[{query}]")
