@@ -187,6 +187,26 @@ def test_an_env_that_raises_ends_its_episode_as_crashed(monkeypatch):
     assert all(e["status"] == "terminated" for e in result["episodes"] if e["task_type"] != "heat")
 
 
+def test_an_episode_whose_worker_died_is_recorded_as_crashed(monkeypatch):
+    """A grouped env ends the episodes of a dead worker as truncated with ``worker_failed``."""
+    from gigpo_gym.envs.alfworld.env import ALFWorldEnv
+
+    original = ALFWorldEnv._step
+
+    def worker_died(self, action):
+        obs, reward, terminated, info = original(self, action)
+        if self.engine.world.task_type == "heat":
+            info["worker_failed"] = True
+            terminated = True
+        return obs, reward, terminated, info
+
+    monkeypatch.setattr(ALFWorldEnv, "_step", worker_died)
+    result = _run("alfworld-valid_seen", "expert", episodes=4)
+    heat = [e for e in result["episodes"] if e["task_type"] == "heat"]
+    assert heat and all(e["status"] == "crashed" and "worker process" in e["error"] and not e["won"] for e in heat)
+    assert result["counts"]["crashed"] == len(heat)
+
+
 # -- schema -------------------------------------------------------------------------------
 def test_a_result_that_breaks_the_schema_is_rejected_with_its_field(small_results, tmp_path: Path):
     bad = copy.deepcopy(small_results[("webshop-test", "expert")])

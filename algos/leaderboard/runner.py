@@ -192,6 +192,8 @@ def play_round(policy: Any, envs: Any, sampling: SamplingParams, round_seed: int
                 if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
                     rec.final[key] = float(value)
             crashed = info_at(infos, "crashed", i)
+            if not crashed and info_at(infos, "worker_failed", i):
+                crashed = "the worker process holding this env died"
             if crashed:
                 end(i, "crashed", str(crashed))
             elif terminated[i] or truncated[i]:
