@@ -1,9 +1,15 @@
-"""``gigpo-gym train``: run the trainer from a YAML config plus command-line overrides."""
+"""``gigpo-gym train``: run the trainer from a YAML config plus command-line overrides.
+
+Also ``python -m gigpo_gym.algos.cli train ...``, which is what ``accelerate launch -m`` and
+``torchrun -m`` start in each process; ``--accelerate NAME --num-processes N`` launches that.
+"""
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -43,7 +49,15 @@ def add_cli(subparsers) -> None:
     p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CHECKPOINT",
                    help="continue from the run's latest checkpoint (or the named checkpoint folder)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--accelerate", metavar="CONFIG",
+                   help="train on several processes: an accelerate config file or a shipped one "
+                   f"({', '.join(shipped_accelerate_configs())}); runs accelerate launch")
+    p.add_argument("--num-processes", type=int, help="processes for --accelerate (default: the config's num_processes)")
     p.set_defaults(func=run_train_command)
+
+
+def _is_main_process() -> bool:
+    return os.environ.get("RANK", "0") == "0"
 
 
 def run_train_command(args: argparse.Namespace) -> int:
@@ -65,10 +79,15 @@ def run_train_command(args: argparse.Namespace) -> int:
         _reset_algo_kwargs(args, overrides)
         cfg = load_config(args.config, overrides)
         check_model(cfg.model.name)
+        if getattr(args, "accelerate", None) or getattr(args, "num_processes", None):
+            return launch(args, cfg, overrides)
         summary = run_training(cfg, resume=args.resume)
     except (ConfigError, CheckpointError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        if _is_main_process():
+            print(f"error: {e}", file=sys.stderr)
         return 2
+    if not summary.get("main", True):
+        return 0
     print(f"run folder: {summary['run_dir']}  (config.yaml, metrics.jsonl, tensorboard/, checkpoints/)")
     if summary.get("final_checkpoint"):
         print(f"checkpoint: {summary['final_checkpoint']}")
@@ -76,6 +95,63 @@ def run_train_command(args: argparse.Namespace) -> int:
         print(f"learning curve: {summary['curve']}")
     print(f"took {summary['seconds'] / 60:.1f} min")
     return 0
+
+
+def shipped_accelerate_configs() -> dict[str, Path]:
+    """Name -> file of the accelerate configs (``configs/accelerate/``)."""
+    return {p.stem: p for p in sorted((CONFIGS_DIR / "accelerate").glob("*.yaml"))}
+
+
+def resolve_accelerate_config(text: str) -> Path:
+    """``--accelerate``: a file, or a shipped accelerate config by name (``fsdp``, ``fsdp.yaml``)."""
+    from gigpo_gym.algos.training.config import ConfigError
+
+    if Path(text).is_file():
+        return Path(text)
+    shipped = shipped_accelerate_configs()
+    name = Path(text).stem if Path(text).suffix in (".yaml", ".yml") else text
+    if name in shipped:
+        return shipped[name]
+    close = difflib.get_close_matches(name, list(shipped), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ConfigError(f"--accelerate {text!r} is neither a file nor a shipped accelerate config{hint}; "
+                      f"shipped: {', '.join(shipped)}")
+
+
+def launch(args: argparse.Namespace, cfg, overrides: list[str]) -> int:
+    """Start ``accelerate launch -m gigpo_gym.algos.cli train`` with the same config and overrides."""
+    import importlib.util
+
+    import yaml
+
+    from gigpo_gym.algos.training.config import ConfigError
+
+    if importlib.util.find_spec("accelerate") is None:
+        raise ConfigError('--accelerate needs the accelerate package: pip install "gigpo-gym[train]"')
+    config = resolve_accelerate_config(args.accelerate or "multi_gpu")
+    try:
+        settings = yaml.safe_load(config.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--accelerate {config}: not valid YAML: {e}") from None
+    if not isinstance(settings, dict) or "distributed_type" not in settings:
+        raise ConfigError(f"--accelerate {config} is not an accelerate config (no distributed_type); "
+                          "write one with `accelerate config` or use a shipped one")
+    processes = args.num_processes or int(settings.get("num_processes", 1))
+    if processes < 1:
+        raise ConfigError(f"--num-processes must be >= 1, got {processes}")
+    if processes > cfg.env.num_groups:
+        raise ConfigError(
+            f"env.num_groups={cfg.env.num_groups} cannot be split among {processes} processes: each process plays "
+            f"whole task groups; run at most {cfg.env.num_groups} processes or raise env.num_groups")
+    child = ["--config", str(args.config)] if args.config else []
+    for assignment in overrides:
+        child += ["--set", assignment]
+    if args.resume:
+        child += ["--resume", args.resume]
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
+               "--num_processes", str(processes), "-m", "gigpo_gym.algos.cli", "train", *child]
+    print("running: " + " ".join(command), file=sys.stderr)
+    return subprocess.run(command).returncode
 
 
 def shipped_configs() -> dict[str, Path]:
@@ -139,3 +215,15 @@ def _reset_algo_kwargs(args: argparse.Namespace, overrides: list[str]) -> None:
         print(f"note: --algo {args.algo} replaces {written.name}; its algo.kwargs {written.kwargs} are not used",
               file=sys.stderr)
         overrides.append("algo.kwargs={}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gigpo_gym.algos.cli train ...`` (what the launchers start in each process)."""
+    parser = argparse.ArgumentParser(prog="python -m gigpo_gym.algos.cli")
+    add_cli(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -194,6 +194,11 @@ class HFPolicy(nn.Module):
             ids = self.tokenizer(prompt + self.response_prefix)["input_ids"]
         return list(ids[-self.max_prompt_tokens :])
 
+    def encode_answer(self, command: str) -> list[int]:
+        """Token ids of the full answer ``<action>command</action>`` + eos, after ``response_prefix``."""
+        answer = f"<action>{command}</action>"[len(self.response_prefix):]
+        return list(self.tokenizer(answer, add_special_tokens=False)["input_ids"]) + [self.tokenizer.eos_token_id]
+
     # -- generation ------------------------------------------------------------------
     @property
     def needs_context(self) -> tuple[str, ...]:
@@ -241,12 +246,7 @@ class HFPolicy(nn.Module):
         gen = self._generator
         if sampling.seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(int(sampling.seed))
-        eos = self.tokenizer.eos_token_id
-        cut = len(self.response_prefix)
-        encoded: dict[str, list[int]] = {}
-        for cmd in {c for cmds in options for c in (cmds or [""])}:
-            answer = f"<action>{cmd}</action>"[cut:]
-            encoded[cmd] = list(self.tokenizer(answer, add_special_tokens=False)["input_ids"]) + [eos]
+        encoded = {cmd: self.encode_answer(cmd) for cmd in {c for cmds in options for c in (cmds or [""])}}
         choices = [list(cmds) or [""] for cmds in options]
         unique: dict[tuple, int] = {}
         row_key = [unique.setdefault((tuple(p), tuple(c)), len(unique)) for p, c in zip(prompt_ids, choices)]

@@ -40,6 +40,14 @@ class TinyModelConfig:
 
 
 @dataclass
+class VLLMConfig:
+    gpu_memory_utilization: float = 0.3
+    """Share of the GPU's memory the colocated vLLM engine may take (weights + KV cache); training keeps the rest."""
+    max_model_len: int | None = None
+    """Longest prompt + response the engine serves (None: the model's own limit)."""
+
+
+@dataclass
 class ModelConfig:
     name: str = "tiny"
     """'tiny' (built from the env's own text), 'smollm2' (offline SmolLM2-135M-Instruct), or a path / hub id."""
@@ -67,6 +75,10 @@ class ModelConfig:
     """Answer with one of the admissible actions, drawn from the model's likelihoods of each (constrained decoding)."""
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     """Shape of the tiny model (name='tiny' only)."""
+    generation: str = "hf"
+    """What generates rollouts: 'hf' (the trained module) or 'vllm' (a colocated vLLM engine given the weights after each update; CUDA and the [vllm] extra)."""
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    """Settings of the vLLM engine (generation='vllm' only)."""
 
 
 @dataclass
@@ -195,6 +207,8 @@ class TrainConfig:
     """Evaluate the untrained model first (and again after the SFT warm start)."""
     deterministic: bool = True
     """Ask torch for deterministic kernels (cuDNN, cuBLAS workspaces); a run then repeats exactly on the same machine."""
+    collective_timeout_s: float = 1800.0
+    """Multi-process runs: seconds a process waits for the others (rank 0 evaluates alone meanwhile) before the run fails."""
 
     def __post_init__(self) -> None:
         o, e = self.optim, self.env
@@ -220,6 +234,14 @@ class TrainConfig:
             raise ConfigError(f"model.logits_chunk must be >= 1, got {self.model.logits_chunk}")
         if e.anchor_mode not in ("state", "observation"):
             raise ConfigError(f"env.anchor_mode must be 'state' or 'observation', got {e.anchor_mode!r}")
+        if self.model.generation not in ("hf", "vllm"):
+            close = difflib.get_close_matches(str(self.model.generation), ("hf", "vllm"), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"model.generation must be 'hf' or 'vllm', got {self.model.generation!r}{hint}")
+        if not 0 < self.model.vllm.gpu_memory_utilization < 1:
+            raise ConfigError(f"model.vllm.gpu_memory_utilization must be in (0, 1), got {self.model.vllm.gpu_memory_utilization}")
+        if self.collective_timeout_s <= 0:
+            raise ConfigError(f"collective_timeout_s must be > 0, got {self.collective_timeout_s}")
         if e.reward_source not in ("won", "env"):
             raise ConfigError(f"env.reward_source must be 'won' or 'env', got {e.reward_source!r}")
 

@@ -99,6 +99,33 @@ class Rollout:
             extras={"action_valid": np.asarray(self.action_valid, dtype=bool)},
         )
 
+    def without_tokens(self) -> "Rollout":
+        """The same rows without their token ids and log-probs (what other processes need to see)."""
+        import dataclasses
+
+        return dataclasses.replace(self, prompt_ids=[], response_ids=[], old_log_probs=[])
+
+    @classmethod
+    def merge(cls, parts: Sequence["Rollout"]) -> tuple["Rollout", np.ndarray]:
+        """The rollouts of several processes (token-less) as one process would have collected them.
+
+        Rows go in one process's order (step, then trajectory id), episodes by trajectory
+        id; the clock figures are the slowest part's (they ran side by side).  Also returns,
+        for each merged row, its index in the parts' rows laid end to end.
+        """
+        steps = np.concatenate([np.asarray(p.step_ids, dtype=np.int64) for p in parts])
+        trajs = np.concatenate([np.asarray(p.traj_ids, dtype=np.int64) for p in parts])
+        source = np.lexsort((trajs, steps))
+        out = cls()
+        for name in ("group_ids", "traj_ids", "step_ids", "rewards", "anchors", "anchor_texts", "action_valid"):
+            column = [v for p in parts for v in getattr(p, name)]
+            setattr(out, name, [column[i] for i in source])
+        out.episodes = sorted((e for p in parts for e in p.episodes), key=lambda e: e.traj_id)
+        out.generated_tokens = sum(p.generated_tokens for p in parts)
+        out.generate_seconds = max(p.generate_seconds for p in parts)
+        out.seconds = max(p.seconds for p in parts)
+        return out, source
+
     def success_by_task_type(self) -> dict[str, float]:
         """Share of won episodes per task type (and ``"all"``)."""
         out: dict[str, list[bool]] = {}

@@ -6,6 +6,10 @@ asks the configured algorithm for per-row advantages, runs PPO-style updates wit
 k3 KL to a frozen reference and an entropy bonus, logs metrics (TensorBoard +
 ``metrics.jsonl``), checkpoints atomically and evaluates on the held-out split.
 The algorithm owns only its advantage rule (``estimators.registry``).
+
+Several processes (``accelerate launch``, ``torchrun``) train one model data-parallel:
+each plays its own task groups and the update equals one process's over all groups
+(``training.distributed`` says how); rank 0 alone logs, evaluates and checkpoints.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import os
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,7 @@ import numpy as np
 import torch
 
 from gigpo_gym.algos.training import checkpoint as ckpt
+from gigpo_gym.algos.training import distributed
 from gigpo_gym.algos.training.config import ConfigError, TrainConfig, config_to_dict, save_config
 from gigpo_gym.algos.training.loss import LossWeights, policy_loss, value_loss
 from gigpo_gym.algos.training.metrics import append_jsonl, keep_iterations, plot_curve, read_jsonl, rollout_metrics
@@ -33,13 +39,13 @@ from gigpo_gym.core.data import write_atomically
 from gigpo_gym.core.env import derive_seed
 
 
-def build_policy(cfg: TrainConfig):
+def build_policy(cfg: TrainConfig, device: str | None = None):
     """The configured HF policy ('tiny' is built from the env's expert text, 'smollm2' offline)."""
     from gigpo_gym.algos.policies.hf import HFPolicy
 
     m = cfg.model
     kwargs = dict(
-        device=m.device, dtype=m.dtype, compute_dtype=m.compute_dtype, gradient_checkpointing=m.gradient_checkpointing,
+        device=device or m.device, dtype=m.dtype, compute_dtype=m.compute_dtype, gradient_checkpointing=m.gradient_checkpointing,
         logits_chunk=m.logits_chunk, lora=m.lora, use_chat_template=m.use_chat_template,
         system_prompt=m.system_prompt, max_prompt_tokens=m.max_prompt_tokens, response_prefix=m.response_prefix,
         choose_admissible=m.choose_admissible,
@@ -109,6 +115,19 @@ def configure_determinism(enabled: bool) -> None:
         torch.use_deterministic_algorithms(True, warn_only=True)
 
 
+@dataclass
+class WholeRollout:
+    """All processes' rows of a round, in one process's order (``Trainer.gather``)."""
+
+    rollout: Rollout
+    #: Process holding each row, and the row's index in that process's rollout.
+    owner: np.ndarray
+    local: np.ndarray
+    prompt_lengths: np.ndarray
+    response_lengths: np.ndarray
+    values: np.ndarray | None = None
+
+
 class Trainer:
     """Owns the policy, the reference, the optimiser, the envs and the run folder."""
 
@@ -117,15 +136,29 @@ class Trainer:
 
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.algo = _algorithm(cfg)
+        e = cfg.env
+        self.parallel = distributed.start(cfg.model.device, cfg.collective_timeout_s)
+        try:
+            first_group, groups = distributed.shard_groups(e.num_groups, self.parallel.rank, self.parallel.world)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        if cfg.model.generation == "vllm":
+            from gigpo_gym.algos.policies.vllm import BackendUnavailable, check_vllm
+
+            try:
+                check_vllm()
+            except BackendUnavailable as err:
+                raise ConfigError(str(err)) from None
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         configure_determinism(cfg.deterministic)
         if cfg.model.dtype != "float32" and (cfg.iterations or cfg.sft.steps):
             warnings.warn(
                 f"model.dtype is {cfg.model.dtype}: an optimizer step smaller than the weight's precision (2^-8 of it in "
                 "bfloat16) is lost, so at small learning rates most weights never change; train float32 weights with "
                 f"model.compute_dtype: {cfg.model.dtype} instead", stacklevel=2)
-        self.policy = policy if policy is not None else build_policy(cfg)
+        device = str(self.parallel.device) if self.parallel.device is not None else None
+        self.policy = policy if policy is not None else build_policy(cfg, device)
         self.device = self.policy.device
         o = cfg.optim
         self.weights = LossWeights(
@@ -137,13 +170,12 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, weight_decay=o.weight_decay)
         self.reference = None
         self.shaping = RewardShaping(cfg.env.reward_scale, cfg.env.reward_source, cfg.env.invalid_action_penalty)
-        e = cfg.env
         self.envs = gigpo_gym.make_grouped(
-            e.id, e.num_groups, e.group_size, backend=e.backend, seed=cfg.seed, env_kwargs=e.kwargs,
-            wrappers=(_wrapper(cfg),),
+            e.id, groups, e.group_size, backend=e.backend, seed=cfg.seed, env_kwargs=e.kwargs,
+            wrappers=(_wrapper(cfg),), group_offset=first_group,
         )
         self.eval_envs = None
-        if e.eval_episodes:
+        if e.eval_episodes and self.parallel.is_main:  # rank 0 alone evaluates
             self.eval_envs = gigpo_gym.make_grouped(
                 e.id, e.eval_episodes, 1, backend=e.backend, seed=cfg.seed, env_kwargs={**e.kwargs, **e.eval_kwargs},
                 wrappers=(_wrapper(cfg),),
@@ -151,6 +183,49 @@ class Trainer:
         self.iteration = 0
         self.config_digest = digest(config_to_dict(cfg))
         self._writer = None
+        #: What the update's forward/backward goes through (DDP/FSDP wrapper; the policy in one process).
+        self.engine = self.policy
+        #: A plain module with the trained weights for gradient-free scoring (the policy, or an inference copy).
+        self.scorer = self.policy
+        #: What generates (the scorer, or a vLLM engine holding the same weights).
+        self.actor = self.policy
+        self.prepared = False
+        self._pending_optimizer_state: dict | None = None
+
+    def prepare(self) -> None:
+        """Wrap the trained module for N processes and set up generation; once, after any SFT warm start.
+
+        Rank 0's weights go to every process first.  A sharded engine gets an inference copy
+        (full weights) to generate and score with; ``model.generation: vllm`` a vLLM engine.
+        """
+        if self.prepared:
+            return
+        p = self.parallel
+        if p.world > 1:
+            p.broadcast_parameters(self.policy)
+            if p.sharded:
+                self.scorer = copy.deepcopy(self.policy)
+                for q in self.scorer.parameters():
+                    q.requires_grad_(False)
+            self.engine, self.optimizer = p.prepare(self.policy, self.optimizer)
+        if self._pending_optimizer_state is not None:
+            p.load_optimizer_state(self.optimizer, self._pending_optimizer_state)
+            self._pending_optimizer_state = None
+        self.actor = self.scorer
+        if self.cfg.model.generation == "vllm":
+            from gigpo_gym.algos.policies.vllm import VLLMPolicy
+
+            v = self.cfg.model.vllm
+            self.actor = VLLMPolicy(self.scorer, gpu_memory_utilization=v.gpu_memory_utilization,
+                                    max_model_len=v.max_model_len, seed=derive_seed(self.cfg.seed, p.rank))
+        self.prepared = True
+
+    def refresh_actor(self) -> None:
+        """After an update: copy the trained weights into the inference copy and the vLLM engine."""
+        if self.scorer is not self.policy:
+            self.parallel.copy_weights(self.engine, self.scorer)
+        if self.actor is not self.scorer:
+            self.actor.load_weights(self.scorer)
 
     # -- pieces ----------------------------------------------------------------------
     def sampling(self, iteration: int, evaluation: bool = False) -> SamplingParams:
@@ -158,15 +233,19 @@ class Trainer:
         return SamplingParams(
             max_new_tokens=s.max_new_tokens, temperature=s.eval_temperature if evaluation else s.temperature,
             top_p=1.0 if evaluation else s.top_p, stop=tuple(s.stop),
-            seed=derive_seed(self.cfg.seed, iteration, 2 if evaluation else 1),
+            seed=self._stream(derive_seed(self.cfg.seed, iteration, 2 if evaluation else 1)),
         )
+
+    def _stream(self, seed: int) -> int:
+        """A random stream of this process (one process: the run's own stream, as before)."""
+        return seed if self.parallel.world == 1 else derive_seed(seed, self.parallel.rank)
 
     def evaluate(self, iteration: int) -> dict[str, float]:
         """Success per task type on the held-out envs (fixed tasks, eval temperature)."""
         if self.eval_envs is None:
             return {}
         rollout = collect(
-            self.policy, self.eval_envs, self.sampling(0, evaluation=True), seed=derive_seed(self.cfg.seed, 999),
+            self.actor, self.eval_envs, self.sampling(0, evaluation=True), seed=derive_seed(self.cfg.seed, 999),
             shaping=self.shaping,
         )
         m = rollout_metrics(rollout, prefix="eval")
@@ -176,7 +255,7 @@ class Trainer:
         """The KL anchor: a frozen copy of the policy as it is now (LoRA: adapters off)."""
         if not self.weights.kl_coef or self.cfg.model.lora is not None:
             return
-        self.reference = copy.deepcopy(self.policy).eval()
+        self.reference = copy.deepcopy(self.scorer).eval()
         for p in self.reference.parameters():
             p.requires_grad_(False)
 
@@ -194,75 +273,128 @@ class Trainer:
                 out.extend(lp[: len(r)].tolist() for lp, r in zip(s.log_probs, part.response_ids))
         return out
 
-    def update(self, rollout: Rollout, iteration: int) -> dict[str, float]:
-        """Advantages, then clipped-surrogate epochs over mini-batches of rows."""
-        batch = rollout.to_step_batch()
+    def gather(self, rollout: Rollout) -> "WholeRollout":
+        """Every process's rows (without tokens) as one process's rollout, and where each row lives.
+
+        Critic values are computed here, each process for its own rows, and travel along.
+        """
+        values = None
+        if self.algo.needs_critic:
+            tokens, mb = rollout.tokens, self.cfg.optim.micro_batch_size
+            with torch.no_grad():
+                values = np.concatenate([
+                    self.scorer.values(tokens.select(range(a, min(a + mb, len(tokens))))).cpu().numpy()
+                    for a in range(0, len(tokens), mb)
+                ]) if len(tokens) else np.zeros(0)
+        lengths = np.array([[len(p), len(r)] for p, r in zip(rollout.prompt_ids, rollout.response_ids)],
+                           dtype=np.int64).reshape(-1, 2)
+        parts = self.parallel.gather_objects((rollout.without_tokens(), lengths, values))
+        whole, source = Rollout.merge([part[0] for part in parts])
+        sizes = [len(part[0]) for part in parts]
+        owner = np.repeat(np.arange(len(parts)), sizes)[source]
+        local = np.concatenate([np.arange(n) for n in sizes])[source]
+        lengths = np.concatenate([part[1] for part in parts])[source]
+        if values is not None:
+            values = np.concatenate([part[2] for part in parts])[source]
+        return WholeRollout(whole, owner, local, lengths[:, 0], lengths[:, 1], values)
+
+    def update(self, rollout: Rollout, iteration: int, whole: "WholeRollout | None" = None) -> dict[str, float]:
+        """Advantages over all processes' rows, then clipped-surrogate epochs over mini-batches.
+
+        Each epoch permutes all rows with the run's seed; a process trains on its own rows of
+        each mini-batch, with the mini-batch's global token count, so N processes take one
+        process's step.  All processes run the same number of micro-batches (zero-weight
+        padding where a process has fewer rows).
+        """
+        self.prepare()
+        whole = whole if whole is not None else self.gather(rollout)
+        p = self.parallel
+        batch = whole.rollout.to_step_batch()
         tokens = rollout.tokens
         o = self.cfg.optim
         if self.algo.needs_critic:
-            with torch.no_grad():
-                batch.values = np.concatenate([
-                    self.policy.values(tokens.select(range(a, min(a + o.micro_batch_size, len(tokens))))).cpu().numpy()
-                    for a in range(0, len(tokens), o.micro_batch_size)
-                ])
+            batch.values = whole.values
         advantages = np.asarray(self.algo.advantages(batch), dtype=np.float64)
-        keep = np.asarray(self.algo.row_mask(batch), dtype=bool) & np.array([len(r) > 0 for r in tokens.response_ids])
+        keep = np.asarray(self.algo.row_mask(batch), dtype=bool) & (whole.response_lengths > 0)
         targets = np.asarray(self.algo.value_targets(batch), dtype=np.float64) if self.algo.needs_critic else None
+        t_score = time.perf_counter()
         s = self.cfg.sampling
-        exact = s.temperature == 1.0 and s.top_p == 1.0
-        old = rollout.old_log_probs if exact else self._score(self.policy, tokens)
+        exact = s.temperature == 1.0 and s.top_p == 1.0 and self.actor is self.scorer
+        old = rollout.old_log_probs if exact else self._score(self.scorer, tokens)
         ref = None
         if self.weights.kl_coef:
             if self.cfg.model.lora is not None:
-                ref = self._score(self.policy, tokens, use_adapters=False)
+                ref = self._score(self.scorer, tokens, use_adapters=False)
             elif self.reference is not None:
                 ref = self._score(self.reference, tokens)
-        stats: dict[str, list[float]] = {}
+        score_seconds = time.perf_counter() - t_score
+        t_update = time.perf_counter()
+        summed = ["pg_loss", "clip_fraction", "approx_kl_old"] + (["kl_ref"] if ref is not None else []) + (
+            ["entropy"] if self.weights.entropy_coef > 0 else []) + (["value_loss"] if targets is not None else [])
+        stats: dict[str, list[float]] = {k: [] for k in summed}
+        norms: list[float] = []
         rng = np.random.default_rng(derive_seed(self.cfg.seed, iteration, 3))
         rows = np.flatnonzero(keep)
-        self.policy.train()
+        mb = o.micro_batch_size
+        total = whole.prompt_lengths + whole.response_lengths
+        self.engine.train()
         for _ in range(o.epochs):
             order = rng.permutation(rows)
             for start in range(0, len(order), o.mini_batch_size):
                 mini = order[start : start + o.mini_batch_size]
-                mini = mini[np.argsort([len(tokens.prompt_ids[i]) + len(tokens.response_ids[i]) for i in mini], kind="stable")]
-                token_count = float(sum(len(tokens.response_ids[i]) for i in mini))
+                mini = mini[np.argsort(total[mini], kind="stable")]
+                token_count = float(whole.response_lengths[mini].sum())
+                mine = mini[whole.owner[mini] == p.rank]  # this process's rows of the mini-batch, in order
+                calls = int(-(-np.bincount(whole.owner[mini], minlength=p.world).max() // mb))
                 self.optimizer.zero_grad(set_to_none=True)
-                for a in range(0, len(mini), o.micro_batch_size):
-                    idx = [int(i) for i in mini[a : a + o.micro_batch_size]]
+                for call in range(calls):
+                    rows_idx = [int(i) for i in mine[call * mb : (call + 1) * mb]]
+                    weight = float(p.world) if rows_idx else 0.0
+                    # a zero-weight micro-batch (any own row) keeps the processes' calls in step
+                    rows_idx = rows_idx or [int(np.flatnonzero(whole.owner == p.rank)[0])]
+                    idx = [int(whole.local[i]) for i in rows_idx]
                     part = tokens.select(idx)
-                    scores = self.policy(part, with_entropy=self.weights.entropy_coef > 0, with_values=targets is not None)
+                    scores = self.engine(part, with_entropy=self.weights.entropy_coef > 0, with_values=targets is not None)
                     width = scores.log_probs.shape[1]
                     loss, st = policy_loss(
                         scores.log_probs, _pad([old[i] for i in idx], width, self.device),
-                        torch.tensor(advantages[idx], device=self.device), scores.mask, token_count, self.weights,
+                        torch.tensor(advantages[rows_idx], device=self.device), scores.mask, token_count, self.weights,
                         ref_log_probs=_pad([ref[i] for i in idx], width, self.device) if ref is not None else None,
                         entropy=scores.entropy,
                     )
                     if targets is not None:
-                        vt = torch.tensor(targets[idx], device=self.device, dtype=torch.float32)
+                        vt = torch.tensor(targets[rows_idx], device=self.device, dtype=torch.float32)
                         vl = value_loss(scores.extras["values"], vt, float(len(mini)), self.weights)
                         loss = loss + vl
                         st["value_loss"] = float(vl.detach())
-                    loss.backward()
-                    for k, v in st.items():
-                        stats.setdefault(k, []).append(v)
-                norm = torch.nn.utils.clip_grad_norm_(self.params, o.max_grad_norm)
-                stats.setdefault("grad_norm", []).append(float(norm))
+                    if weight != 1.0:
+                        loss = loss * weight
+                    p.backward(self.engine, loss, last=call == calls - 1)
+                    if weight:
+                        for k in summed:
+                            stats[k].append(st[k])
+                norms.append(p.clip_grad_norm(self.engine, self.params, o.max_grad_norm))
                 self.optimizer.step()
+        self.refresh_actor()
         # per-micro-batch terms are parts of a mini-batch mean: sum them per mini-batch, average mini-batches
-        summed = {"pg_loss", "clip_fraction", "approx_kl_old", "kl_ref", "entropy", "value_loss"}
-        updates = max(len(stats.get("grad_norm", [])), 1)
-        m = {f"train/{k}": (float(np.sum(v)) / updates if k in summed else float(np.mean(v))) for k, v in stats.items()}
+        updates = max(len(norms), 1)
+        totals = p.sum([float(np.sum(stats[k])) for k in summed])
+        m = {f"train/{k}": v / updates for k, v in zip(summed, totals) if norms}
+        if norms:
+            m["train/grad_norm"] = float(np.mean(norms))
         m.update({k.replace("adv/", "train/adv_"): v for k, v in self.algo.diagnostics(batch).items()})
         m["train/rows_used"] = float(len(rows))
         m["train/advantage_mean"] = float(advantages[keep].mean()) if keep.any() else 0.0
         m["train/advantage_std"] = float(advantages[keep].std()) if keep.any() else 0.0
         m["train/zero_advantage_share"] = float(np.mean(np.abs(advantages[keep]) < 1e-9)) if keep.any() else 1.0
+        m["time/score_seconds"] = score_seconds
+        m["time/optimize_seconds"] = time.perf_counter() - t_update
         return m
 
     # -- bookkeeping -----------------------------------------------------------------
     def log(self, record: dict[str, Any], step: int | None = None) -> None:
+        if not self.parallel.is_main:
+            return
         append_jsonl(self.run_dir / "metrics.jsonl", record)
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter
@@ -275,25 +407,55 @@ class Trainer:
         self._writer.flush()
 
     def save(self, iteration: int) -> Path:
+        """Checkpoint (rank 0 writes; every process takes part: a sharded optimiser state is gathered)."""
         state = {"config_digest": self.config_digest, "iteration": iteration}
-        return ckpt.save_checkpoint(
-            self.run_dir / "checkpoints", iteration, self.policy, self.optimizer, state, keep=self.cfg.keep_checkpoints
-        )
+        root = self.run_dir / "checkpoints"
+        if self.parallel.world == 1:
+            return ckpt.save_checkpoint(root, iteration, self.policy, self.optimizer, state, keep=self.cfg.keep_checkpoints)
+        optimizer = _FullState(self.parallel.optimizer_state(self.optimizer))
+        if self.parallel.is_main:  # the scorer holds the full trained weights (the policy, or the inference copy)
+            ckpt.save_checkpoint(root, iteration, self.scorer, optimizer, state, keep=self.cfg.keep_checkpoints)
+        self.parallel.barrier()
+        return root / f"iter-{iteration:06d}"
 
     def resume(self, where: str | Path = "latest", echo=print) -> int:
-        """Load a checkpoint ('latest': this run's newest complete one, or a folder); returns its iteration."""
+        """Load a checkpoint ('latest': this run's newest complete one, or a folder); returns its iteration.
+
+        Before ``prepare``: any process count resumes from any checkpoint (they hold the
+        single-process format); the optimiser state is loaded once the optimiser is wrapped.
+        """
+        if self.prepared and self.parallel.world > 1:
+            raise RuntimeError("resume() must come before prepare() in a multi-process run")
         latest = str(where) == "latest"
         folder = ckpt.find_resumable(self.run_dir / "checkpoints", echo) if latest else Path(where)
-        state = ckpt.load_checkpoint(folder, self.policy, self.optimizer, verify=not latest)
+        if self.parallel.world == 1:
+            state = ckpt.load_checkpoint(folder, self.policy, self.optimizer, verify=not latest)
+        else:
+            state = ckpt.load_checkpoint(folder, self.policy, None, verify=not latest)
+            self._pending_optimizer_state = torch.load(folder / ckpt.OPTIMIZER_FILE, map_location="cpu",
+                                                       weights_only=True)
         self.iteration = int(state["iteration"])
         return self.iteration
 
     def close(self) -> None:
+        if self.actor is not self.scorer:
+            self.actor.close()
+        self.parallel.close()
         self.envs.close()
         if self.eval_envs is not None:
             self.eval_envs.close()
         if self._writer is not None:
             self._writer.close()
+
+
+class _FullState:
+    """An optimiser state already gathered, where ``save_checkpoint`` asks an optimiser for it."""
+
+    def __init__(self, state: dict[str, Any]):
+        self._state = state
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._state
 
 
 # -- the whole run ---------------------------------------------------------------------
@@ -305,7 +467,7 @@ def _save_reference(trainer: Trainer) -> None:
 
     from gigpo_gym.core.data import replacing
 
-    if trainer.reference is None:
+    if trainer.reference is None or not trainer.parallel.is_main:
         return
     with replacing(trainer.run_dir / REFERENCE_FILE) as tmp:
         save_model(trainer.reference, str(tmp))
@@ -334,19 +496,30 @@ def format_success(title: str, m: dict[str, float], prefix: str = "eval") -> str
 
 
 def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | None = None, echo=print) -> dict:
-    """Run (or resume) a whole training; returns the summary also written to ``summary.json``."""
+    """Run (or resume) a whole training; returns the summary also written to ``summary.json``.
+
+    In a multi-process run every process calls this; rank 0 alone prints, logs, evaluates
+    and writes files (the others return a summary with ``"main": False``).
+    """
     from tqdm.auto import tqdm
 
     trainer = Trainer(cfg, policy)
-    save_config(cfg, trainer.run_dir / "config.yaml")
-    summary: dict[str, Any] = {"run_dir": str(trainer.run_dir), "evals": {}}
+    main = trainer.parallel.is_main
+    if not main:
+        echo = _silent
+    if main:
+        save_config(cfg, trainer.run_dir / "config.yaml")
+    summary: dict[str, Any] = {"run_dir": str(trainer.run_dir), "evals": {}, "main": main,
+                               "processes": trainer.parallel.world}
     started = time.perf_counter()
     try:
         if resume:
             start = trainer.resume(resume, echo)
+            trainer.prepare()
             _load_reference(trainer)
             echo(f"resumed from iteration {start} ({trainer.run_dir / 'checkpoints'})")
-            keep_iterations(trainer.run_dir / "metrics.jsonl", start)  # the later ones run again
+            if main:
+                keep_iterations(trainer.run_dir / "metrics.jsonl", start)  # the later ones run again
             old = trainer.run_dir / "summary.json"
             try:
                 summary["evals"] = json.loads(old.read_text()).get("evals", {}) if old.is_file() else {}
@@ -354,28 +527,31 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
                 echo(f"note: {old} is damaged; the evals before iteration {start} are not carried over")
         else:
             start = 0
-            keep_iterations(trainer.run_dir / "metrics.jsonl", -1)
+            if main:
+                keep_iterations(trainer.run_dir / "metrics.jsonl", -1)
             if cfg.eval_before and trainer.eval_envs is not None:
                 summary["evals"]["initial"] = trainer.evaluate(0)
                 echo(format_success("initial", summary["evals"]["initial"]))
-            if cfg.sft.steps:
+            if cfg.sft.steps:  # before the model is wrapped: every process runs the same warm start
                 summary["sft_loss"] = _warm_start(trainer, echo)
                 if trainer.eval_envs is not None:
                     summary["evals"]["after SFT"] = trainer.evaluate(0)
                     echo(format_success("after SFT", summary["evals"]["after SFT"]))
+            trainer.prepare()
             trainer.freeze_reference()
             _save_reference(trainer)
             first = summary["evals"].get("after SFT") or summary["evals"].get("initial") or {}
             trainer.log({"iteration": 0, **first})
-        bar = tqdm(range(start + 1, cfg.iterations + 1), desc=f"{cfg.algo.name}", disable=not cfg.progress)
+        bar = tqdm(range(start + 1, cfg.iterations + 1), desc=f"{cfg.algo.name}", disable=not (cfg.progress and main))
         last_eval: dict[str, float] = {}
         for it in bar:
             t0 = time.perf_counter()
-            rollout = collect(trainer.policy, trainer.envs, trainer.sampling(it), seed=derive_seed(cfg.seed, it),
+            rollout = collect(trainer.actor, trainer.envs, trainer.sampling(it), seed=derive_seed(cfg.seed, it),
                               shaping=trainer.shaping)
-            record: dict[str, Any] = {"iteration": it, **rollout_metrics(rollout)}
+            whole = trainer.gather(rollout)
+            record: dict[str, Any] = {"iteration": it, **rollout_metrics(whole.rollout)}
             t1 = time.perf_counter()
-            record.update(trainer.update(rollout, it))
+            record.update(trainer.update(rollout, it, whole))
             record["train/seconds"] = time.perf_counter() - t1
             if (cfg.eval_every and it % cfg.eval_every == 0) or it == cfg.iterations:
                 last_eval = trainer.evaluate(it)
@@ -390,15 +566,21 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
             summary["evals"]["after RL"] = last_eval
             echo(format_success(f"after {cfg.algo.name} ({cfg.iterations} it)", last_eval))
         summary["seconds"] = time.perf_counter() - started
-        curve = plot_curve(read_jsonl(trainer.run_dir / "metrics.jsonl"), trainer.run_dir / "learning_curve.png",
-                           title=f"{cfg.algo.name} on {cfg.env.id} ({cfg.model.name})")
-        summary["curve"] = str(curve) if curve else None
         summary["final_checkpoint"] = str(ckpt.latest_checkpoint(trainer.run_dir / "checkpoints")) if (
             trainer.run_dir / "checkpoints" / ckpt.LATEST_FILE).is_file() else None
-        write_atomically(trainer.run_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True))
+        if main:
+            curve = plot_curve(read_jsonl(trainer.run_dir / "metrics.jsonl"), trainer.run_dir / "learning_curve.png",
+                               title=f"{cfg.algo.name} on {cfg.env.id} ({cfg.model.name})")
+            summary["curve"] = str(curve) if curve else None
+            write_atomically(trainer.run_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True))
+        trainer.parallel.barrier()  # the others wait for rank 0's files before the run ends
         return summary
     finally:
         trainer.close()
+
+
+def _silent(*_: Any) -> None:
+    """``echo`` of the processes other than rank 0."""
 
 
 def _warm_start(trainer: Trainer, echo) -> list[float]:

@@ -1,0 +1,181 @@
+"""Multi-process training (gloo on CPU, the tiny model): N processes take one process's update."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from helpers_fake import CORRIDOR_ID
+
+from gigpo_gym.algos.training import checkpoint as ckpt
+from gigpo_gym.algos.training.config import ConfigError, load_config
+from gigpo_gym.algos.training.rollout import collect
+from gigpo_gym.algos.training.trainer import Trainer
+from gigpo_gym.core.env import derive_seed
+
+TESTS = Path(__file__).resolve().parent
+SMALL = [
+    f"env.id={CORRIDOR_ID}", "env.group_size=2", "env.eval_episodes=2", "env.history_length=1",
+    "env.kwargs={max_episode_steps: 4}", "sampling.max_new_tokens=4", "model.device=cpu",
+    "model.tiny.corpus_episodes=3", "model.tiny.vocab_size=300", "model.tiny.hidden_size=32",
+    "model.tiny.intermediate_size=64", "optim.lr=1e-3", "optim.micro_batch_size=2", "optim.mini_batch_size=5",
+    "optim.epochs=2", "progress=false", "eval_before=false", "collective_timeout_s=60",
+]
+
+
+def overrides(tmp_path: Path, *extra: str) -> list[str]:
+    return [*SMALL, f"run_dir={tmp_path / 'run'}", *extra]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(scenario: str, out: Path, args: list[str], processes: int = 2, fsdp: bool = False, timeout: float = 120):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if fsdp:  # what `accelerate launch` with configs/accelerate/fsdp.yaml sets
+        env.update({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_RESHARD_AFTER_FORWARD": "true",
+                    "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT", "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP"})
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
+               f"--master_port={free_port()}", "--max_restarts=0", "--monitor_interval=1",
+               str(TESTS / "dist_worker.py"), scenario, str(out), json.dumps(args)]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def one_process_update(tmp_path: Path, args: list[str]):
+    """The update one process makes of its rollout; the rollout is saved for the workers."""
+    trainer = Trainer(load_config(None, args))
+    try:
+        trainer.prepare()
+        trainer.freeze_reference()
+        rollout = collect(trainer.actor, trainer.envs, trainer.sampling(1), seed=derive_seed(trainer.cfg.seed, 1),
+                          shaping=trainer.shaping)
+        (tmp_path / "rollout.pkl").write_bytes(pickle.dumps(rollout))
+        episodes = [[e.group_id, e.traj_id, e.task_id] for e in rollout.episodes]
+        metrics = trainer.update(rollout, 1)
+        return {n: t.detach().clone() for n, t in trainer.policy.state_dict().items()}, metrics, episodes
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize("kind,groups", [("ddp", 2), ("fsdp", 3)])
+def test_two_processes_make_the_one_process_update_and_play_its_tasks(tmp_path, kind, groups):
+    args = overrides(tmp_path, f"env.num_groups={groups}")
+    weights, metrics, episodes = one_process_update(tmp_path, args)
+    result = torchrun("update", tmp_path, args, fsdp=kind == "fsdp")
+    assert result.returncode == 0, result.stderr[-4000:]
+    got = torch.load(tmp_path / "weights.pt", weights_only=False)
+    assert got["weights"].keys() == weights.keys()
+    for name, value in weights.items():
+        torch.testing.assert_close(got["weights"][name], value, rtol=0, atol=1e-6, msg=name)
+    for key in ("train/pg_loss", "train/kl_ref", "train/entropy", "train/grad_norm", "train/rows_used"):
+        assert got["metrics"][key] == pytest.approx(metrics[key], rel=1e-5, abs=1e-7), key
+    # the processes together play exactly the tasks one process plays (groups 3: 1 and 2 groups, uneven)
+    played = [tuple(e) for r in range(2) for e in json.loads((tmp_path / f"episodes-{r}.json").read_text())]
+    assert sorted(played) == sorted(tuple(e) for e in episodes)
+    assert {e[0] for e in json.loads((tmp_path / "episodes-0.json").read_text())} == set(range(groups // 2))
+
+
+def test_training_logs_once_and_resumes_on_another_process_count(tmp_path):
+    args = overrides(tmp_path, "env.num_groups=3", "iterations=2", "eval_every=1")
+    result = torchrun("train", tmp_path, args, fsdp=True)
+    assert result.returncode == 0, result.stderr[-4000:]
+    run = tmp_path / "run"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records] == [0, 1, 2]  # one record per iteration, from rank 0
+    assert records[-1]["rollout/rows"] > 0 and "eval/success" in records[-1]
+    assert len(list((run / "tensorboard").iterdir())) == 1
+    assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter-000001", "iter-000002"]
+    saved = ckpt.latest_checkpoint(run / "checkpoints")
+    ckpt.verify_checkpoint(saved)
+    from safetensors.torch import load_file
+
+    weights = load_file(str(saved / ckpt.POLICY_FILE))
+    optimizer = torch.load(saved / ckpt.OPTIMIZER_FILE, weights_only=True)
+
+    def same(got):
+        for name, value in weights.items():
+            assert torch.equal(got["weights"][name], value), name
+        for k, state in optimizer["state"].items():
+            for n, v in state.items():
+                assert torch.equal(torch.as_tensor(got["optimizer"]["state"][k][n]), torch.as_tensor(v)), (k, n)
+
+    # written by 2 FSDP processes: one process resumes the same weights and optimiser state
+    one = Trainer(load_config(None, args))
+    try:
+        one.resume("latest", echo=lambda *_: None)
+        same({"weights": {n: t for n, t in one.policy.state_dict().items()},
+              "optimizer": one.optimizer.state_dict()})
+    finally:
+        one.close()
+    # and 2 DDP processes (a different engine) do as well
+    result = torchrun("resume", tmp_path, args)
+    assert result.returncode == 0, result.stderr[-4000:]
+    same(torch.load(tmp_path / "resumed.pt", weights_only=False))
+
+
+def test_a_process_that_dies_ends_the_run_and_the_last_checkpoint_stays_valid(tmp_path):
+    args = overrides(tmp_path, "env.num_groups=2", "iterations=3", "eval_every=0", "env.eval_episodes=0")
+    started = time.monotonic()
+    result = torchrun("die", tmp_path, args)
+    took = time.monotonic() - started
+    assert result.returncode != 0
+    assert took < 90
+    assert "SIGKILL" in result.stderr or "Signal 9" in result.stderr, result.stderr[-3000:]
+    root = tmp_path / "run" / "checkpoints"
+    assert ckpt.verify_checkpoint(ckpt.latest_checkpoint(root))["iteration"] == 1
+    trainer = Trainer(load_config(None, args))
+    try:
+        assert trainer.resume("latest", echo=lambda *_: None) == 1
+    finally:
+        trainer.close()
+
+
+def test_bad_process_counts_and_accelerate_configs_are_one_clear_error(tmp_path, capsys, monkeypatch):
+    import argparse
+
+    from gigpo_gym.algos.cli import add_cli
+    from gigpo_gym.algos.training.distributed import shard_groups
+
+    with pytest.raises(ValueError, match=r"env.num_groups=2 cannot be split among 4 processes.*at most 2 processes"):
+        shard_groups(2, 0, 4)
+    assert [shard_groups(5, r, 2) for r in range(2)] == [(0, 2), (2, 3)]
+    parser = argparse.ArgumentParser()
+    add_cli(parser.add_subparsers())
+    base = ["train", "--run-dir", str(tmp_path / "run"), "--set", "env.num_groups=2"]
+    args = parser.parse_args([*base, "--accelerate", "fsdpp"])
+    assert args.func(args) == 2
+    err = capsys.readouterr().err
+    assert "--accelerate 'fsdpp' is neither a file nor a shipped accelerate config (did you mean 'fsdp'?)" in err
+    args = parser.parse_args([*base, "--accelerate", "fsdp", "--num-processes", "4"])
+    assert args.func(args) == 2
+    assert "env.num_groups=2 cannot be split among 4 processes" in capsys.readouterr().err
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(ConfigError, match=r"model.generation: vllm needs .*use model.generation: hf"):
+        if torch.cuda.is_available():
+            pytest.skip("a CUDA GPU is present: the error needs a machine without one")
+        Trainer(load_config(None, overrides(tmp_path, "model.generation=vllm")))
+    with pytest.raises(ConfigError, match=r"model.generation must be 'hf' or 'vllm', got 'vlm' \(did you mean 'vllm'\?\)"):
+        load_config(None, ["model.generation=vlm"])
+
+
+def test_shipped_accelerate_configs_load_in_accelerate():
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    from gigpo_gym.algos.cli import shipped_accelerate_configs
+
+    shipped = shipped_accelerate_configs()
+    assert {"single_gpu", "multi_gpu", "fsdp"} <= set(shipped)
+    for name, path in shipped.items():
+        config = load_config_from_file(str(path))
+        assert config.distributed_type is not None, name
