@@ -32,6 +32,7 @@ How N processes equal one (the trainer does the bookkeeping, this module the col
 
 from __future__ import annotations
 
+import contextlib
 import os
 from datetime import timedelta
 from typing import Any
@@ -108,8 +109,6 @@ class Parallel:
         if self.accelerator is None:
             loss.backward()
             return
-        import contextlib
-
         self.accelerator.sync_gradients = last
         with contextlib.nullcontext() if last else self.accelerator.no_sync(engine):
             self.accelerator.backward(loss)
@@ -139,6 +138,15 @@ class Parallel:
     def barrier(self) -> None:
         if self.world > 1:
             torch.distributed.barrier()
+
+    @contextlib.contextmanager
+    def main_first(self):
+        """Rank 0 runs the block first (it fills caches: tiny models, generated data), then the others."""
+        if not self.is_main:
+            self.barrier()
+        yield
+        if self.is_main:
+            self.barrier()
 
     def broadcast_parameters(self, module: torch.nn.Module) -> None:
         """Give every process rank 0's weights (a plain module, before it is wrapped)."""
@@ -183,7 +191,7 @@ class Parallel:
             return state
         return {**state, "state": {k: {n: _full(v) for n, v in s.items()} for k, s in state["state"].items()}}
 
-    def load_optimizer_state(self, optimizer: Any, engine: Any, state: dict[str, Any]) -> None:
+    def load_optimizer_state(self, optimizer: Any, state: dict[str, Any]) -> None:
         """Load a single-process optimiser state into a (possibly sharded) optimiser."""
         if self.kind == "fsdp":
             from torch.distributed.tensor import DTensor, distribute_tensor

@@ -158,7 +158,8 @@ class Trainer:
                 "bfloat16) is lost, so at small learning rates most weights never change; train float32 weights with "
                 f"model.compute_dtype: {cfg.model.dtype} instead", stacklevel=2)
         device = str(self.parallel.device) if self.parallel.device is not None else None
-        self.policy = policy if policy is not None else build_policy(cfg, device)
+        with self.parallel.main_first():
+            self.policy = policy if policy is not None else build_policy(cfg, device)
         self.device = self.policy.device
         o = cfg.optim
         self.weights = LossWeights(
@@ -170,10 +171,11 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, weight_decay=o.weight_decay)
         self.reference = None
         self.shaping = RewardShaping(cfg.env.reward_scale, cfg.env.reward_source, cfg.env.invalid_action_penalty)
-        self.envs = gigpo_gym.make_grouped(
-            e.id, groups, e.group_size, backend=e.backend, seed=cfg.seed, env_kwargs=e.kwargs,
-            wrappers=(_wrapper(cfg),), group_offset=first_group,
-        )
+        with self.parallel.main_first():
+            self.envs = gigpo_gym.make_grouped(
+                e.id, groups, e.group_size, backend=e.backend, seed=cfg.seed, env_kwargs=e.kwargs,
+                wrappers=(_wrapper(cfg),), group_offset=first_group,
+            )
         self.eval_envs = None
         if e.eval_episodes and self.parallel.is_main:  # rank 0 alone evaluates
             self.eval_envs = gigpo_gym.make_grouped(
