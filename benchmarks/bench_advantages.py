@@ -13,9 +13,12 @@ about 10% of the steps; rows are shuffled (a real rollout interleaves trajectori
 The batch is built as the trainer builds it, by ``Rollout.to_step_batch`` (digest
 anchors become uint64), timed apart as "build s".  GRPO and GiGPO then get that same
 batch; their times are the best of ``--repeats`` calls of ``algo.advantages(batch)``
-alone, the two algorithms taking turns.  "with build" is
+alone, the two algorithms taking turns.  "gigpo s" is the default
+backend (the compiled loops of ``[fast]`` when numba is installed, the header says
+which), "numpy s" the numpy reference on the same batch.  "with build" is
 (build + gigpo) / (build + grpo), the ratio a trainer sees since it builds one batch
-per iteration whatever the algorithm.  A second table is for third-party batches that
+per iteration whatever the algorithm.  The first call of each size is a warm-up (it
+compiles or loads the numba loops) and is not timed.  A second table is for third-party batches that
 keep str anchors: "hex str s" is GiGPO on the same digests as str (read as uint64
 inside the estimator), "other str s" on non-digest str anchors (Arrow's string
 hashing), timed in the same rounds.
@@ -30,6 +33,7 @@ from functools import partial
 import numpy as np
 
 from gigpo_gym.algos import StepBatch, get_algorithm
+from gigpo_gym.algos.estimators import compiled
 from gigpo_gym.algos.training.rollout import Rollout
 
 
@@ -50,14 +54,15 @@ def synthetic_rollout(rows: int, group_size: int = 8, max_steps: int = 50, state
     group = traj // group_size
     last = step == lengths[traj] - 1
     won = rng.random(n_traj) < 0.5
-    rewards = np.where(last & won[traj], 10.0, 0.0) - 0.1 * (rng.random(len(traj)) < 0.1)
+    penalties = 0.1 * (rng.random(len(traj)) < 0.1)
+    rewards = np.where(last & won[traj], 10.0, 0.0) - penalties
     state = rng.integers(0, states_per_step, len(traj))  # states repeat across the group's trajectories
     digests = rng.integers(0, 2**64, (group.max() + 1) * max_steps * states_per_step, dtype=np.uint64)
     anchors = hex_strings(digests[(group * max_steps + step) * states_per_step + state])
     perm = rng.permutation(len(traj))
     return Rollout(
         group_ids=group[perm].tolist(), traj_ids=traj[perm].tolist(), step_ids=step[perm].tolist(),
-        rewards=rewards[perm].tolist(), anchors=anchors[perm].tolist(),
+        rewards=rewards[perm].tolist(), penalties=penalties[perm].tolist(), anchors=anchors[perm].tolist(),
         anchor_texts=[""] * len(perm), action_valid=[True] * len(perm),
     )  # fmt: skip
 
@@ -81,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=50, help="longest episode")
     args = parser.parse_args(argv)
 
-    grpo, gigpo = get_algorithm("grpo"), get_algorithm("gigpo")
-    print(f"{'rows':>9} {'groups':>7} {'step groups':>11} {'build s':>9} {'grpo s':>9} {'gigpo s':>9} {'gigpo/grpo':>10} {'with build':>10}")
+    grpo, gigpo, gigpo_numpy = get_algorithm("grpo"), get_algorithm("gigpo"), get_algorithm("gigpo", backend="numpy")
+    print(f"gigpo backend: {'numba (compiled)' if compiled.AVAILABLE else 'numpy (pip install gigpo-gym[fast] for the compiled one)'}")
+    print(f"{'rows':>9} {'groups':>7} {'step groups':>11} {'build s':>9} {'grpo s':>9} {'gigpo s':>9} {'numpy s':>9} {'gigpo/grpo':>10} {'with build':>10}")
     str_lines = []
     for rows in args.rows:
         rollout = synthetic_rollout(rows, args.group_size, args.max_steps)
@@ -93,12 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         fields = {"group_ids": batch.group_ids, "traj_ids": batch.traj_ids, "step_ids": batch.step_ids, "rewards": batch.rewards}
         hex_batch = StepBatch(**fields, anchors=np.asarray(rollout.anchors, dtype=object))
         other_batch = StepBatch(**fields, anchors=np.asarray(["s" + a for a in rollout.anchors], dtype=object))
-        calls = [partial(grpo.advantages, batch), *(partial(gigpo.advantages, b) for b in (batch, hex_batch, other_batch))]
-        t_grpo, t_gigpo, t_hex, t_other = best_times(calls, args.repeats)
+        calls = [partial(grpo.advantages, batch), partial(gigpo.advantages, batch), partial(gigpo_numpy.advantages, batch),
+                 *(partial(gigpo.advantages, b) for b in (hex_batch, other_batch))]
+        best_times(calls, 1)
+        t_grpo, t_gigpo, t_numpy, t_hex, t_other = best_times(calls, args.repeats)
         n_step_groups = gigpo.step_groups(batch)[1]
         n_groups = len(np.unique(batch.group_ids))
         ratio, with_build = t_gigpo / t_grpo, (build + t_gigpo) / (build + t_grpo)
-        print(f"{len(batch):>9} {n_groups:>7} {n_step_groups:>11} {build:>9.4f} {t_grpo:>9.4f} {t_gigpo:>9.4f} {ratio:>10.2f} {with_build:>10.2f}")
+        print(f"{len(batch):>9} {n_groups:>7} {n_step_groups:>11} {build:>9.4f} {t_grpo:>9.4f} {t_gigpo:>9.4f} {t_numpy:>9.4f} {ratio:>10.2f} {with_build:>10.2f}")
         str_lines.append(f"{len(batch):>9} {t_hex:>10.4f} {t_other:>11.4f}")
     print(f"\nGiGPO on str anchors (third-party batches)\n{'rows':>9} {'hex str s':>10} {'other str s':>11}", *str_lines, sep="\n")
     return 0

@@ -78,9 +78,10 @@ def _advantage_ratios(out: str) -> list[tuple[str, str]]:
     pairs = []
     for line in out.splitlines():
         cells = line.split()
-        if len(cells) == 8 and cells[0].isdigit():
+        if len(cells) == 9 and cells[0].isdigit():
             pairs.append((f"GiGPO / GRPO advantage time, {int(cells[0]):,} rows",
-                          f"{cells[6]}x (with batch build {cells[7]}x); GRPO {cells[4]} s, GiGPO {cells[5]} s"))
+                          f"{cells[7]}x (with batch build {cells[8]}x); GRPO {cells[4]} s, GiGPO {cells[5]} s "
+                          f"(numpy path {cells[6]} s)"))
     return pairs
 
 

@@ -35,8 +35,7 @@ def own_rows(rollout: Rollout, groups: set[int]) -> Rollout:
     """The rows and episodes of ``groups`` (as the process owning them would have collected them)."""
     keep = [i for i, g in enumerate(rollout.group_ids) if g in groups]
     out = Rollout()
-    for name in ("group_ids", "traj_ids", "step_ids", "rewards", "anchors", "anchor_texts", "action_valid",
-                 "prompt_ids", "response_ids", "old_log_probs"):
+    for name in Rollout.ROW_COLUMNS + Rollout.TOKEN_COLUMNS:
         column = getattr(rollout, name)
         setattr(out, name, [column[i] for i in keep])
     out.episodes = [e for e in rollout.episodes if e.group_id in groups]

@@ -20,9 +20,9 @@ import pyarrow as pa
 
 _ID_FIELDS = ("group_ids", "traj_ids", "step_ids")
 _REQUIRED_FIELDS = (*_ID_FIELDS, "rewards", "anchors")
-_ARRAY_FIELDS = (*_REQUIRED_FIELDS, "anchor_texts", "values")
+_ARRAY_FIELDS = (*_REQUIRED_FIELDS, "anchor_texts", "values", "penalties")
 _ROW_KEYS = {"group_id": "group_ids", "traj_id": "traj_ids", "step_id": "step_ids", "reward": "rewards", "anchor": "anchors"}
-_OPTIONAL_ROW_KEYS = {"anchor_text": "anchor_texts", "value": "values"}
+_OPTIONAL_ROW_KEYS = {"anchor_text": "anchor_texts", "value": "values", "penalty": "penalties"}
 
 
 @dataclass(eq=False)
@@ -43,6 +43,9 @@ class StepBatch:
     Optional
         ``anchor_texts`` (object array of str): raw observation texts for similarity
         grouping.  ``values`` (float64): critic values V(s_t) for PPO.
+        ``penalties`` (float64): the invalid-action penalty already subtracted from
+        each row's reward (0 on valid steps); the estimators' ``invalid_penalty="row"``
+        reads it to move the penalty where verl-agent puts it.
         ``extras``: per-row data the estimators never read (token ids, log-probs...);
         each value is a sequence of length ``len(batch)`` so ``take`` can subset it.
 
@@ -57,6 +60,7 @@ class StepBatch:
     anchors: np.ndarray
     anchor_texts: np.ndarray | None = None
     values: np.ndarray | None = None
+    penalties: np.ndarray | None = None
     extras: dict[str, Any] = field(default_factory=dict)
     _arrow: dict[str, pa.Array] = field(default_factory=dict, init=False, repr=False)
 
@@ -92,7 +96,7 @@ class StepBatch:
     def _checked(self, name: str, value: Any) -> np.ndarray:
         if name in _ID_FIELDS:
             return _int_array(name, value)
-        if name in ("rewards", "values"):
+        if name in ("rewards", "values", "penalties"):
             return _float_array(name, value)
         if name == "anchors" and isinstance(value, np.ndarray) and value.dtype.kind in "iu":
             self._arrow.pop(name, None)
@@ -136,6 +140,7 @@ class StepBatch:
             anchors=self.anchors[index],
             anchor_texts=None if self.anchor_texts is None else self.anchor_texts[index],
             values=None if self.values is None else self.values[index],
+            penalties=None if self.penalties is None else self.penalties[index],
             extras={key: pick(value) for key, value in self.extras.items()},
         )
 
@@ -144,7 +149,7 @@ class StepBatch:
         """Build a batch from one dict per step.
 
         Keys ``group_id``, ``traj_id``, ``step_id``, ``reward``, ``anchor`` are required;
-        ``anchor_text`` and ``value`` are optional but then needed on every row; any
+        ``anchor_text``, ``value`` and ``penalty`` are optional but then needed on every row; any
         other key goes to ``extras`` as a per-row list.
         """
         columns: dict[str, list[Any]] = {}

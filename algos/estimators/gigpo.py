@@ -7,6 +7,10 @@ A = A^E + omega * A^S (arXiv 2505.10978, Eq. 8):
   R_t = r_t + gamma * R_{t+1} is the discounted return along the trajectory, and
   A^S = (R_t - mean) / (std + 1e-6) over the step group (R_t - mean without std).
   A step group of one row gets A^S = 0.
+
+``invalid_penalty="row"`` places the invalid-action penalty as verl-agent does: the
+returns are discounted without it and each row's own penalty is subtracted afterwards,
+from its episode score and its R_t alike (``episode_row_advantages``).
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from typing import Callable, Literal
 import numpy as np
 from rapidfuzz.distance import Indel
 
+from gigpo_gym.algos.estimators import compiled
 from gigpo_gym.algos.estimators.batch import StepBatch, hex_digest_codes
-from gigpo_gym.algos.estimators.group_relative import episode_advantages
+from gigpo_gym.algos.estimators.group_relative import episode_row_advantages, row_penalties
 from gigpo_gym.algos.estimators.kernels import Trajectories, factorize, factorize_uint64, group_normalize, reverse_scan, trajectories
 from gigpo_gym.algos.estimators.registry import Algorithm, register_algorithm
 
@@ -32,6 +37,11 @@ SIMILARITY_METRICS: dict[str, Callable[[str, str], float]] = {
 }
 
 
+def anchor_keys(batch: StepBatch) -> np.ndarray | None:
+    """The anchors as uint64 when they are integers or 16-hex-digit digests (one to one), else None."""
+    return batch.anchors if batch.anchors.dtype == np.uint64 else hex_digest_codes(batch.arrow("anchors"))
+
+
 def exact_step_groups(batch: StepBatch, traj: Trajectories) -> tuple[np.ndarray, int]:
     """Step-group codes: rows sharing (task group, anchor).
 
@@ -40,7 +50,7 @@ def exact_step_groups(batch: StepBatch, traj: Trajectories) -> tuple[np.ndarray,
     Arrow's string hashing.  Anchors are usually scoped to one task already; then the
     anchor's code is the step group and no second hashing pass is needed.
     """
-    keys = batch.anchors if batch.anchors.dtype == np.uint64 else hex_digest_codes(batch.arrow("anchors"))
+    keys = anchor_keys(batch)
     anchor_code, n_anchors = factorize(batch.arrow("anchors")) if keys is None else factorize_uint64(keys)
     row_group = traj.row_group
     owner = np.empty(n_anchors, dtype=np.int64)
@@ -95,13 +105,18 @@ def gigpo_advantages(
     gamma: float = 0.95,
     omega: float = 1.0,
     norm_by_std: bool = True,
-    per_step_episode_stats: bool = False,
+    episode_stats: str = "trajectory",
+    invalid_penalty: str = "reward",
 ) -> np.ndarray:
     """A = A^E + omega * A^S for every row (see the module docstring for the terms)."""
-    episode = episode_advantages(traj, norm_by_std, per_step=per_step_episode_stats)[traj.row_traj]
+    episode = episode_row_advantages(batch, traj, norm_by_std, episode_stats, invalid_penalty)
     if omega == 0.0:
         return episode
-    step_returns = reverse_scan(batch.rewards, traj, gamma)
+    if invalid_penalty == "row":
+        penalties = row_penalties(batch)
+        step_returns = reverse_scan(batch.rewards + penalties, traj, gamma) - penalties
+    else:
+        step_returns = reverse_scan(batch.rewards, traj, gamma)
     step = group_normalize(step_returns, step_groups, n_step_groups, norm_by_std)
     return episode + omega * step
 
@@ -125,6 +140,10 @@ class GiGPO(Algorithm):
     """"indel" = rapidfuzz fuzz.ratio / 100 (fast); "difflib" = the reference's ratio."""
     episode_stats: Literal["trajectory", "step"] = "trajectory"
     """Episode mean/std over trajectories (the paper) or over rows (the reference code)."""
+    invalid_penalty: Literal["reward", "row"] = "reward"
+    """Invalid-action penalty inside the rewards before discounting, or on its own row after (the reference code)."""
+    backend: Literal["auto", "numpy", "numba"] = "auto"
+    """Exact grouping through the compiled loops of ``[fast]`` (numba) when installed ("auto"), or never."""
 
     def validate(self) -> None:
         super().validate()
@@ -134,6 +153,8 @@ class GiGPO(Algorithm):
             raise ValueError(f"gigpo: omega must be >= 0, got {self.omega}")
         if not 0.0 < self.similarity_threshold <= 1.0:
             raise ValueError(f"gigpo: similarity_threshold must be in (0, 1], got {self.similarity_threshold}")
+        if self.backend == "numba" and not compiled.AVAILABLE:
+            raise ValueError('gigpo: backend="numba" needs numba: pip install "gigpo-gym[fast]" (or use backend="auto")')
 
     def step_groups(self, batch: StepBatch, traj: Trajectories | None = None) -> tuple[np.ndarray, int]:
         """Step-group code of every row and the number of step groups."""
@@ -143,12 +164,29 @@ class GiGPO(Algorithm):
         return exact_step_groups(batch, traj)
 
     def advantages(self, batch: StepBatch) -> np.ndarray:
+        fast = self._compiled_advantages(batch) if self._use_compiled() else None
+        if fast is not None:
+            return fast
         traj = trajectories(batch)
         codes, n_codes = self.step_groups(batch, traj) if self.omega else (None, 0)
         return gigpo_advantages(
             batch, traj, codes, n_codes,
             gamma=self.gamma, omega=self.omega, norm_by_std=self.norm_by_std,
-            per_step_episode_stats=self.episode_stats == "step",
+            episode_stats=self.episode_stats, invalid_penalty=self.invalid_penalty,
+        )  # fmt: skip
+
+    def _use_compiled(self) -> bool:
+        return self.backend != "numpy" and self.grouping == "exact" and compiled.AVAILABLE
+
+    def _compiled_advantages(self, batch: StepBatch) -> np.ndarray | None:
+        """``gigpo_advantages`` through ``compiled`` (the same numbers), or None to use numpy."""
+        keys = anchor_keys(batch)
+        if keys is None:
+            keys = factorize(batch.arrow("anchors"))[0].astype(np.uint64)
+        return compiled.gigpo_advantages(
+            batch, keys, gamma=self.gamma, omega=self.omega, norm_by_std=self.norm_by_std,
+            episode_stats=self.episode_stats, invalid_penalty=self.invalid_penalty,
+            penalties=row_penalties(batch) if self.invalid_penalty == "row" else None,
         )  # fmt: skip
 
     def diagnostics(self, batch: StepBatch) -> dict[str, float]:

@@ -8,6 +8,7 @@ the trajectory the same advantage.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -28,14 +29,57 @@ def episode_advantages(traj: Trajectories, norm_by_std: bool, per_step: bool = F
     return group_normalize(traj.returns, traj.traj_group, traj.n_groups, norm_by_std, weights)
 
 
-def grpo_advantages(batch: StepBatch, norm_by_std: bool = True) -> np.ndarray:
+def row_penalties(batch: StepBatch) -> np.ndarray:
+    """``batch.penalties``, which ``invalid_penalty="row"`` cannot do without."""
+    if batch.penalties is None:
+        raise ValueError(
+            'invalid_penalty="row" needs StepBatch.penalties (the invalid-action penalty inside each '
+            "row's reward, 0 on valid steps); the trainer's rollouts carry it"
+        )
+    return batch.penalties
+
+
+def episode_row_advantages(
+    batch: StepBatch,
+    traj: Trajectories,
+    norm_by_std: bool,
+    episode_stats: str = "trajectory",
+    invalid_penalty: str = "reward",
+) -> np.ndarray:
+    """A^E of every row, with the statistics and penalty placement chosen.
+
+    ``invalid_penalty="reward"``: the penalty is part of the rewards, so every row of
+    a trajectory scores R(tau) (``episode_advantages``).  ``"row"`` (verl-agent): row i
+    scores s_i = R'(tau) - p_i, R'(tau) the return without penalties and p_i the row's
+    own penalty; A^E_i = (s_i - mean_g) / (std_g + 1e-6), the mean and std over the
+    scores of all the group's rows (``episode_stats="step"``) or of each trajectory's
+    first row (``"trajectory"``).  A group of one trajectory gets 0.
+    """
+    per_step = episode_stats == "step"
+    if invalid_penalty == "reward":
+        return episode_advantages(traj, norm_by_std, per_step)[traj.row_traj]
+    penalties = row_penalties(batch)
+    clean_returns = traj.returns + np.bincount(traj.row_traj, penalties, minlength=traj.n_traj)
+    scores = clean_returns[traj.row_traj] - penalties
+    row_group = traj.row_group
+    first_rows = None if per_step else (traj.position < traj.n_traj).astype(np.float64)  # layout block 0: first steps
+    out = group_normalize(scores, row_group, traj.n_groups, norm_by_std, first_rows)
+    out[traj.group_sizes()[row_group] < 2] = 0.0
+    return out
+
+
+def grpo_advantages(
+    batch: StepBatch, norm_by_std: bool = True, episode_stats: str = "trajectory", invalid_penalty: str = "reward"
+) -> np.ndarray:
     """GRPO: A_i = (R_i - mean_j R_j) / (std_j R_j + 1e-6) over the group's trajectories.
 
     ``norm_by_std=False`` is Dr.GRPO: A_i = R_i - mean_j R_j.  Every row of trajectory
-    i gets A_i.  Singleton groups and all-equal groups get 0.
+    i gets A_i.  Singleton groups and all-equal groups get 0.  ``episode_stats`` and
+    ``invalid_penalty`` are verl-agent's variants (``episode_row_advantages``).
     """
-    traj = trajectories(batch, ordered=False)
-    return episode_advantages(traj, norm_by_std)[traj.row_traj]
+    ordered = invalid_penalty == "row" and episode_stats == "trajectory"  # needs each trajectory's first row
+    traj = trajectories(batch, ordered=ordered)
+    return episode_row_advantages(batch, traj, norm_by_std, episode_stats, invalid_penalty)
 
 
 def rloo_advantages(batch: StepBatch) -> np.ndarray:
@@ -69,9 +113,13 @@ class GRPO(Algorithm):
 
     norm_by_std: bool = True
     """Divide by the group's std ("w/ std"); False gives Dr.GRPO / "w/o std"."""
+    episode_stats: Literal["trajectory", "step"] = "trajectory"
+    """Mean/std over the group's trajectories (the paper) or over its rows (verl-agent's default)."""
+    invalid_penalty: Literal["reward", "row"] = "reward"
+    """Invalid-action penalty inside the rewards, or on its own row after the sums (verl-agent)."""
 
     def advantages(self, batch: StepBatch) -> np.ndarray:
-        return grpo_advantages(batch, self.norm_by_std)
+        return grpo_advantages(batch, self.norm_by_std, self.episode_stats, self.invalid_penalty)
 
 
 @register_algorithm("dapo")

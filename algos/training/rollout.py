@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -37,7 +37,11 @@ class RewardShaping:
 
     def __call__(self, env_reward: float, won: bool, valid: bool) -> float:
         base = float(won) if self.source == "won" else float(env_reward)
-        return self.scale * base - (0.0 if valid else self.invalid_action_penalty)
+        return self.scale * base - self.penalty(valid)
+
+    def penalty(self, valid: bool) -> float:
+        """The part of a step's reward that is the invalid-action penalty."""
+        return 0.0 if valid else self.invalid_action_penalty
 
 
 @dataclass
@@ -58,10 +62,17 @@ class Episode:
 class Rollout:
     """The rows of one round (parallel lists, one entry per env step) and its episodes."""
 
+    #: The per-row columns besides the token data (``TOKEN_COLUMNS``).
+    ROW_COLUMNS: ClassVar[tuple[str, ...]] = (
+        "group_ids", "traj_ids", "step_ids", "rewards", "penalties", "anchors", "anchor_texts", "action_valid",
+    )  # fmt: skip
+    TOKEN_COLUMNS: ClassVar[tuple[str, ...]] = ("prompt_ids", "response_ids", "old_log_probs")
+
     group_ids: list[int] = field(default_factory=list)
     traj_ids: list[int] = field(default_factory=list)
     step_ids: list[int] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
+    penalties: list[float] = field(default_factory=list)
     anchors: list[str] = field(default_factory=list)
     anchor_texts: list[str] = field(default_factory=list)
     action_valid: list[bool] = field(default_factory=list)
@@ -94,6 +105,7 @@ class Rollout:
             traj_ids=np.asarray(self.traj_ids, dtype=np.int64),
             step_ids=np.asarray(self.step_ids, dtype=np.int64),
             rewards=np.asarray(self.rewards, dtype=np.float64),
+            penalties=np.asarray(self.penalties, dtype=np.float64),
             anchors=np.asarray(self.anchors, dtype=object) if codes is None else codes,
             anchor_texts=np.asarray(self.anchor_texts, dtype=object),
             extras={"action_valid": np.asarray(self.action_valid, dtype=bool)},
@@ -117,7 +129,7 @@ class Rollout:
         trajs = np.concatenate([np.asarray(p.traj_ids, dtype=np.int64) for p in parts])
         source = np.lexsort((trajs, steps))
         out = cls()
-        for name in ("group_ids", "traj_ids", "step_ids", "rewards", "anchors", "anchor_texts", "action_valid"):
+        for name in cls.ROW_COLUMNS:
             column = [v for p in parts for v in getattr(p, name)]
             setattr(out, name, [column[i] for i in source])
         out.episodes = sorted((e for p in parts for e in p.episodes), key=lambda e: e.traj_id)
@@ -209,6 +221,7 @@ def collect(
             out.traj_ids.append(ep.traj_id)
             out.step_ids.append(step)
             out.rewards.append(reward)
+            out.penalties.append(shaping.penalty(valid))
             out.anchors.append(str(info_at(infos, "anchor", i, "")))
             out.anchor_texts.append(str(info_at(infos, "anchor_text", i, "")))
             out.action_valid.append(valid)
