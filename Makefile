@@ -43,8 +43,9 @@ browser-deps:
 test: $(VENV)/.installed-test browser-deps
 	$(BIN)/pytest
 
-# The main job: SFT warm start then GiGPO, tiny model, embedded ALFWorld, CPU (about 12 min
-# on 2 cores). Prints success per task type before / after; writes runs/demo/.
+# The main job: SFT warm start then GiGPO, tiny model, embedded ALFWorld, CPU (about 20 min
+# on 2 cores after the venv). Prints held-out success per task type after SFT and after
+# GiGPO with standard errors and the RL gain; writes runs/demo/.
 demo: $(VENV)/.installed-train
 	rm -rf runs/demo
 	$(BIN)/gigpo-gym train --config configs/demo.yaml
