@@ -22,7 +22,7 @@ def _kill(pid: int) -> None:
             with open(f"/proc/{pid}/stat") as f:
                 if f.read().split(") ")[1].startswith(("Z", "X")):
                     return
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # reaped between open() and read()
             return
         time.sleep(0.01)
     raise AssertionError(f"process {pid} survived SIGKILL")

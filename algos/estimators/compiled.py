@@ -38,7 +38,7 @@ def gigpo_advantages(
     penalties: np.ndarray | None,
 ) -> np.ndarray | None:
     """``gigpo.gigpo_advantages`` with the exact step groups of uint64 ``keys``, or None (see above)."""
-    if not len(batch):
+    if not 0 < len(batch) < 2**31:  # the loops number rows in int32
         return None
     from gigpo_gym.algos.estimators.numba_loops import gigpo_rows
 

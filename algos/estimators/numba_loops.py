@@ -39,8 +39,8 @@ def _first_appearance_codes(ids):
             low = min(low, ids[i])
             high = max(high, ids[i])
         if np.uint64(high) - np.uint64(low) < np.uint64(2 * n):
-            direct = np.full(high - low + 1, -1, dtype=np.int64)
-            codes = np.empty(n, dtype=np.int64)
+            direct = np.full(high - low + 1, -1, dtype=np.int32)
+            codes = np.empty(n, dtype=np.int32)
             k = 0
             for i in range(n):
                 code = direct[ids[i] - low]
@@ -52,7 +52,7 @@ def _first_appearance_codes(ids):
             return codes, k
     bits = 4
     table = np.full((1 << bits, 2), -1, dtype=np.int64)  # [key, code], code -1 = empty
-    codes = np.empty(ids.shape[0], dtype=np.int64)
+    codes = np.empty(ids.shape[0], dtype=np.int32)
     k = 0
     for i in range(ids.shape[0]):
         key = ids[i]
@@ -163,6 +163,7 @@ def gigpo_rows(traj_ids, group_ids, step_ids, rewards, penalties, keys, gamma, o
     laid_penalties = np.empty(n if row_penalty else 0, dtype=np.float64)
     reward_bits = rewards.view(np.int64)
     seen = np.zeros((n + 63) // 64, dtype=np.uint64)
+    row_at = np.empty(n, dtype=np.int32)  # each row's place in the layout
     for i in range(n):
         s = step_ids[i]
         at = traj_first[row_traj[i]] + s
@@ -170,17 +171,17 @@ def gigpo_rows(traj_ids, group_ids, step_ids, rewards, penalties, keys, gamma, o
         if s < 0 or s >= lengths[row_traj[i]] or seen[at >> 6] & bit:
             return out, False
         seen[at >> 6] |= bit
+        row_at[i] = at
         laid[at, 0] = keys[i]
         laid[at, 1] = reward_bits[i]
         if row_penalty:
             laid_penalties[at] = penalties[i]
-    result = np.empty(n, dtype=np.float64)  # in layout order, read back by row at the end
+    result = laid_float[:, 1]  # the results, in layout order, over the rewards already used
 
     size = 2
     while size < 2 * longest:
         size *= 2
-    table_key = np.empty(size, dtype=np.int64)
-    table_code = np.empty(size, dtype=np.int64)
+    table = np.empty((size, 2), dtype=np.int64)  # [key, code]: one cache line per probe
     zeros = np.zeros(longest, dtype=np.int64)
     codes = np.empty(longest, dtype=np.int64)
     values = np.empty(longest, dtype=np.float64)
@@ -226,21 +227,21 @@ def gigpo_rows(traj_ids, group_ids, step_ids, rewards, penalties, keys, gamma, o
         bits = 1
         while (1 << bits) < 2 * m:
             bits += 1
-        table_code[: 1 << bits] = -1
+        table[: 1 << bits, 1] = -1
         n_steps = 0
         for k in range(m):
             key = laid[begin + k, 0]
             slot = _slot(key, bits)
-            while table_code[slot] != -1 and table_key[slot] != key:
+            while table[slot, 1] != -1 and table[slot, 0] != key:
                 slot = (slot + 1) & ((1 << bits) - 1)
-            if table_code[slot] == -1:
-                table_key[slot] = key
-                table_code[slot] = n_steps
+            if table[slot, 1] == -1:
+                table[slot, 0] = key
+                table[slot, 1] = n_steps
                 n_steps += 1
-            codes[k] = table_code[slot]
+            codes[k] = table[slot, 1]
         _normalize(values, codes, m, n_steps, weights, False, norm_by_std, count, reference, sums, step)
         for k in range(m):
             result[begin + k] = episode[k] + omega * step[k]
     for i in range(n):
-        out[i] = result[traj_first[row_traj[i]] + step_ids[i]]
+        out[i] = result[row_at[i]]
     return out, True
