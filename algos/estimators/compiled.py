@@ -34,18 +34,17 @@ def gigpo_advantages(
     omega: float,
     norm_by_std: bool,
     episode_stats: str,
-    invalid_penalty: str,
     penalties: np.ndarray | None,
 ) -> np.ndarray | None:
-    """``gigpo.gigpo_advantages`` with the exact step groups of uint64 ``keys``, or None (see above)."""
+    """``gigpo.gigpo_advantages`` with the exact step groups of uint64 ``keys``, or None (see
+    above); ``penalties`` given means ``invalid_penalty="row"``."""
     if not 0 < len(batch) < 2**31:  # the loops number rows in int32
         return None
     from gigpo_gym.algos.estimators.numba_loops import gigpo_rows
 
-    row = invalid_penalty == "row"
     out, ok = gigpo_rows(
         batch.traj_ids, batch.group_ids, batch.step_ids, batch.rewards,
-        penalties if row else batch.rewards, keys.view(np.int64),
-        float(gamma), float(omega), bool(norm_by_std), episode_stats == "step", row,
+        np.zeros(0) if penalties is None else penalties, keys.view(np.int64),
+        float(gamma), float(omega), bool(norm_by_std), episode_stats == "step", penalties is not None,
     )  # fmt: skip
     return out if ok else None

@@ -179,13 +179,13 @@ class GiGPO(Algorithm):
         return self.backend != "numpy" and self.grouping == "exact" and compiled.AVAILABLE
 
     def _compiled_advantages(self, batch: StepBatch) -> np.ndarray | None:
-        """``gigpo_advantages`` through ``compiled`` (the same numbers), or None to use numpy."""
+        """``gigpo_advantages`` through ``compiled`` (equal to rounding), or None to use numpy."""
         keys = anchor_keys(batch)
         if keys is None:
             keys = factorize(batch.arrow("anchors"))[0].astype(np.uint64)
         return compiled.gigpo_advantages(
             batch, keys, gamma=self.gamma, omega=self.omega, norm_by_std=self.norm_by_std,
-            episode_stats=self.episode_stats, invalid_penalty=self.invalid_penalty,
+            episode_stats=self.episode_stats,
             penalties=row_penalties(batch) if self.invalid_penalty == "row" else None,
         )  # fmt: skip
 

@@ -25,6 +25,16 @@ def _slot(key, bits):
 
 
 @njit(cache=True, nogil=True)
+def _probe(table, key, bits):
+    """The slot holding ``key`` in an open-addressing table of [key, code] rows (code -1 =
+    empty) of 2^bits slots, or the empty slot where it goes."""
+    slot = _slot(key, bits)
+    while table[slot, 1] != -1 and table[slot, 0] != key:
+        slot = (slot + 1) & ((1 << bits) - 1)
+    return slot
+
+
+@njit(cache=True, nogil=True)
 def _first_appearance_codes(ids):
     """Codes 0..k-1 in order of first appearance, and k.
 
@@ -56,9 +66,7 @@ def _first_appearance_codes(ids):
     k = 0
     for i in range(ids.shape[0]):
         key = ids[i]
-        slot = _slot(key, bits)
-        while table[slot, 1] != -1 and table[slot, 0] != key:
-            slot = (slot + 1) & ((1 << bits) - 1)
+        slot = _probe(table, key, bits)
         code = table[slot, 1]
         if code == -1:
             code = k
@@ -70,9 +78,7 @@ def _first_appearance_codes(ids):
                 grown = np.full((1 << bits, 2), -1, dtype=np.int64)
                 for old in range(table.shape[0]):
                     if table[old, 1] != -1:
-                        new = _slot(table[old, 0], bits)
-                        while grown[new, 1] != -1:
-                            new = (new + 1) & ((1 << bits) - 1)
+                        new = _probe(grown, table[old, 0], bits)
                         grown[new, 0] = table[old, 0]
                         grown[new, 1] = table[old, 1]
                 table = grown
@@ -231,9 +237,7 @@ def gigpo_rows(traj_ids, group_ids, step_ids, rewards, penalties, keys, gamma, o
         n_steps = 0
         for k in range(m):
             key = laid[begin + k, 0]
-            slot = _slot(key, bits)
-            while table[slot, 1] != -1 and table[slot, 0] != key:
-                slot = (slot + 1) & ((1 << bits) - 1)
+            slot = _probe(table, key, bits)
             if table[slot, 1] == -1:
                 table[slot, 0] = key
                 table[slot, 1] = n_steps
