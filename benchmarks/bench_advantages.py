@@ -14,8 +14,10 @@ The batch is built as the trainer builds it, by ``Rollout.to_step_batch`` (diges
 anchors become uint64), timed apart as "build s".  GRPO and GiGPO then get that same
 batch; their times are the best of ``--repeats`` calls of ``algo.advantages(batch)``
 alone, the two algorithms taking turns.  "gigpo s" is the default
-backend (the compiled loops of ``[fast]`` when numba is installed, the header says
-which), "numpy s" the numpy reference on the same batch.  "with build" is
+backend (the compiled loops of ``[fast]`` when numba is installed, on numba's threads;
+the header says which and how many), "1 thread s" the same on one thread (what it
+costs in CPU time, and the time on a one-core machine), "numpy s" the numpy reference
+on the same batch.  "with build" is
 (build + gigpo) / (build + grpo), the ratio a trainer sees since it builds one batch
 per iteration whatever the algorithm.  The first call of each size is a warm-up (it
 compiles or loads the numba loops) and is not timed.  A second table is for third-party batches that
@@ -67,6 +69,31 @@ def synthetic_rollout(rows: int, group_size: int = 8, max_steps: int = 50, state
     )  # fmt: skip
 
 
+def on_one_thread(fn):
+    """``fn`` run with numba's threads set to one (unchanged without numba)."""
+    if not compiled.AVAILABLE:
+        return fn
+    import numba
+
+    def run():
+        before = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            return fn()
+        finally:
+            numba.set_num_threads(before)
+
+    return run
+
+
+def threads_note() -> str:
+    if not compiled.AVAILABLE:
+        return "numpy (pip install gigpo-gym[fast] for the compiled one)"
+    import numba
+
+    return f"numba (compiled), {numba.get_num_threads()} threads"
+
+
 def best_times(fns: list, repeats: int) -> list[float]:
     """Best wall time of each function over ``repeats`` rounds in which they take turns."""
     best = [float("inf")] * len(fns)
@@ -87,8 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     grpo, gigpo, gigpo_numpy = get_algorithm("grpo"), get_algorithm("gigpo"), get_algorithm("gigpo", backend="numpy")
-    print(f"gigpo backend: {'numba (compiled)' if compiled.AVAILABLE else 'numpy (pip install gigpo-gym[fast] for the compiled one)'}")
-    print(f"{'rows':>9} {'groups':>7} {'step groups':>11} {'build s':>9} {'grpo s':>9} {'gigpo s':>9} {'numpy s':>9} {'gigpo/grpo':>10} {'with build':>10}")
+    print(f"gigpo backend: {threads_note()}")
+    print(f"{'rows':>9} {'groups':>7} {'step groups':>11} {'build s':>9} {'grpo s':>9} {'gigpo s':>9} {'1 thread s':>10} "
+          f"{'numpy s':>9} {'gigpo/grpo':>10} {'1 thread/grpo':>13} {'with build':>10}")
     str_lines = []
     for rows in args.rows:
         rollout = synthetic_rollout(rows, args.group_size, args.max_steps)
@@ -99,14 +127,15 @@ def main(argv: list[str] | None = None) -> int:
         fields = {"group_ids": batch.group_ids, "traj_ids": batch.traj_ids, "step_ids": batch.step_ids, "rewards": batch.rewards}
         hex_batch = StepBatch(**fields, anchors=np.asarray(rollout.anchors, dtype=object))
         other_batch = StepBatch(**fields, anchors=np.asarray(["s" + a for a in rollout.anchors], dtype=object))
-        calls = [partial(grpo.advantages, batch), partial(gigpo.advantages, batch), partial(gigpo_numpy.advantages, batch),
-                 *(partial(gigpo.advantages, b) for b in (hex_batch, other_batch))]
+        calls = [partial(grpo.advantages, batch), partial(gigpo.advantages, batch), on_one_thread(partial(gigpo.advantages, batch)),
+                 partial(gigpo_numpy.advantages, batch), *(partial(gigpo.advantages, b) for b in (hex_batch, other_batch))]
         best_times(calls, 1)
-        t_grpo, t_gigpo, t_numpy, t_hex, t_other = best_times(calls, args.repeats)
+        t_grpo, t_gigpo, t_one, t_numpy, t_hex, t_other = best_times(calls, args.repeats)
         n_step_groups = gigpo.step_groups(batch)[1]
         n_groups = len(np.unique(batch.group_ids))
         ratio, with_build = t_gigpo / t_grpo, (build + t_gigpo) / (build + t_grpo)
-        print(f"{len(batch):>9} {n_groups:>7} {n_step_groups:>11} {build:>9.4f} {t_grpo:>9.4f} {t_gigpo:>9.4f} {t_numpy:>9.4f} {ratio:>10.2f} {with_build:>10.2f}")
+        print(f"{len(batch):>9} {n_groups:>7} {n_step_groups:>11} {build:>9.4f} {t_grpo:>9.4f} {t_gigpo:>9.4f} {t_one:>10.4f} "
+              f"{t_numpy:>9.4f} {ratio:>10.2f} {t_one / t_grpo:>13.2f} {with_build:>10.2f}")
         str_lines.append(f"{len(batch):>9} {t_hex:>10.4f} {t_other:>11.4f}")
     print(f"\nGiGPO on str anchors (third-party batches)\n{'rows':>9} {'hex str s':>10} {'other str s':>11}", *str_lines, sep="\n")
     return 0

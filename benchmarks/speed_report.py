@@ -78,10 +78,10 @@ def _advantage_ratios(out: str) -> list[tuple[str, str]]:
     pairs = []
     for line in out.splitlines():
         cells = line.split()
-        if len(cells) == 9 and cells[0].isdigit():
+        if len(cells) == 11 and cells[0].isdigit():
             pairs.append((f"GiGPO / GRPO advantage time, {int(cells[0]):,} rows",
-                          f"{cells[7]}x (with batch build {cells[8]}x); GRPO {cells[4]} s, GiGPO {cells[5]} s "
-                          f"(numpy path {cells[6]} s)"))
+                          f"{cells[8]}x, one thread {cells[9]}x (with batch build {cells[10]}x); GRPO {cells[4]} s, "
+                          f"GiGPO {cells[5]} s, one thread {cells[6]} s (numpy path {cells[7]} s)"))
     return pairs
 
 

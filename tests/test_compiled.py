@@ -67,6 +67,34 @@ def test_compiled_path_is_taken_and_leaves_odd_batches_to_numpy():
         algo.advantages(split)
 
 
+
+@needs_numba
+def test_compiled_result_does_not_depend_on_the_thread_count():
+    import numba
+
+    batch = random_batch(5, n_traj=4000)  # enough task groups for every thread to take some
+    algo = get_algorithm("gigpo", backend="numba", invalid_penalty="row")
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = algo.advantages(batch)
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(algo.advantages(batch), one)
+
+
+@needs_numba
+def test_compiled_path_finds_a_repeated_step_in_a_large_batch():
+    batch = random_batch(6, n_traj=4000)
+    step_ids = batch.step_ids.copy()
+    row = int(np.flatnonzero(step_ids == 3)[-1])
+    step_ids[row] = 2  # that trajectory now has two step 2 rows and no step 3
+    repeated = StepBatch(group_ids=batch.group_ids, traj_ids=batch.traj_ids, step_ids=step_ids, rewards=batch.rewards, anchors=batch.anchors)
+    algo = get_algorithm("gigpo", backend="numba")
+    assert algo._compiled_advantages(repeated) is None
+    with pytest.raises(ValueError, match="two rows with step_id 2"):
+        algo.advantages(repeated)
+
 @needs_numba
 def test_compiled_gives_exactly_zero_where_every_return_is_equal():
     lengths = np.array([3, 3, 3, 3, 2])

@@ -297,8 +297,9 @@ def test_speed_report_lists_ratios_and_says_why_a_benchmark_did_not_run(tmp_path
     text = out.read_text()
     assert "| ALFWorld: native vs TextWorld | not run: no_such_bench.py does not exist in this checkout |" in text
     assert "| async vs sync grouped stepping, ALFWorld, 8x8 envs, 2 workers | 2.63x (17,325 vs 6,593 env steps/s) |" in text
-    adv = "     rows  groups step groups   build s    grpo s   gigpo s   numpy s gigpo/grpo with build\n" \
-          "    10468      49        5211    0.0134    0.0002    0.0016    0.0030       8.43       1.10\n"
+    adv = "     rows  groups step groups   build s    grpo s   gigpo s 1 thread s   numpy s gigpo/grpo 1 thread/grpo with build\n" \
+          "    10468      49        5211    0.0134    0.0002    0.0016     0.0020    0.0030       8.43         10.00       1.10\n"
     assert by_key["advantages"].ratios(adv) == [
         ("GiGPO / GRPO advantage time, 10,468 rows",
-         "8.43x (with batch build 1.10x); GRPO 0.0002 s, GiGPO 0.0016 s (numpy path 0.0030 s)")]
+         "8.43x, one thread 10.00x (with batch build 1.10x); GRPO 0.0002 s, GiGPO 0.0016 s, one thread 0.0020 s "
+         "(numpy path 0.0030 s)")]

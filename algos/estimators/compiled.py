@@ -11,12 +11,16 @@ trajectory in two groups) it returns ``None`` and the numpy path handles or name
 the problem.
 
 Install with ``pip install "gigpo-gym[fast]"``; without numba ``AVAILABLE`` is False.
-The loops are compiled on first use and cached on disk by numba.
+The loops are compiled on first use and cached on disk by numba.  They run on numba's
+threads; calls from several Python threads take turns (numba's own "workqueue" thread
+pool, its fallback where neither OpenMP nor TBB is present, aborts the process when two
+threads enter it at once).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import threading
 
 import numpy as np
 
@@ -24,6 +28,8 @@ from gigpo_gym.algos.estimators.batch import StepBatch
 
 #: numba is installed (imported, and the loops compiled or read from its cache, on first use).
 AVAILABLE = importlib.util.find_spec("numba") is not None
+
+_ONE_CALLER = threading.Lock()
 
 
 def gigpo_advantages(
@@ -40,11 +46,14 @@ def gigpo_advantages(
     above); ``penalties`` given means ``invalid_penalty="row"``."""
     if not 0 < len(batch) < 2**31:  # the loops number rows in int32
         return None
+    from numba import get_num_threads
+
     from gigpo_gym.algos.estimators.numba_loops import gigpo_rows
 
-    out, ok = gigpo_rows(
-        batch.traj_ids, batch.group_ids, batch.step_ids, batch.rewards,
-        np.zeros(0) if penalties is None else penalties, keys.view(np.int64),
-        float(gamma), float(omega), bool(norm_by_std), episode_stats == "step", penalties is not None,
-    )  # fmt: skip
+    with _ONE_CALLER:
+        out, ok = gigpo_rows(
+            batch.traj_ids, batch.group_ids, batch.step_ids, batch.rewards,
+            np.zeros(0) if penalties is None else penalties, keys.view(np.int64),
+            float(gamma), float(omega), bool(norm_by_std), episode_stats == "step", penalties is not None, get_num_threads(),
+        )  # fmt: skip
     return out if ok else None

@@ -4,14 +4,19 @@ Rows are placed once into a group-major layout: task group after task group, eac
 group's trajectories one after another, each trajectory's steps in order.  The
 discounted returns are then a backward scan over that layout, and a task group's
 step groups are numbered in a small hash table that stays in the CPU cache, instead
-of one table over the whole batch.  The layout costs one scatter and one gather of
-the rows; everything else touches small tables.
+of one table over the whole batch.  The layout costs one scatter of the rows in and
+one scatter of the results out; everything else touches small tables.
+
+Placing the rows and working on the task groups run on numba's threads (``prange``:
+every row goes to its own place, every task group is worked by one thread), so the
+result does not depend on the thread count.  ``numba.set_num_threads`` (or
+``NUMBA_NUM_THREADS``) bounds them.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from gigpo_gym.algos.estimators.kernels import EPS
 
@@ -115,9 +120,10 @@ def _normalize(values, codes, m, k, weights, weighted, norm_by_std, count, refer
 
 
 @njit(cache=True, nogil=True)
-def gigpo_rows(traj_ids, group_ids, step_ids, rewards, penalties, keys, gamma, omega, norm_by_std, step_stats, row_penalty):
+def gigpo_rows(traj_ids, group_ids, step_ids, rewards, penalties, keys, gamma, omega, norm_by_std, step_stats, row_penalty, threads):
     """A = A^E + omega * A^S per row, and False when the batch needs the reference's checks
-    (steps not 0..L-1 in a trajectory, or a trajectory in two task groups)."""
+    (steps not 0..L-1 in a trajectory, or a trajectory in two task groups).  ``threads``:
+    numba's thread count (the task groups are cut into 4 chunks per thread)."""
     n = traj_ids.shape[0]
     out = np.empty(n, dtype=np.float64)
 
@@ -145,9 +151,7 @@ def gigpo_rows(traj_ids, group_ids, step_ids, rewards, penalties, keys, gamma, o
     for t in range(n_traj):
         group_trajs[traj_group[t] + 1] += 1
         group_rows[traj_group[t] + 1] += lengths[t]
-    longest = 0
     for g in range(n_groups):
-        longest = max(longest, group_rows[g + 1])
         group_trajs[g + 1] += group_trajs[g]
         group_rows[g + 1] += group_rows[g]
     traj_order = np.empty(n_traj, dtype=np.int64)  # trajectories by group, in code order inside one
@@ -160,92 +164,117 @@ def gigpo_rows(traj_ids, group_ids, step_ids, rewards, penalties, keys, gamma, o
         next_traj[g] += 1
         traj_first[t] = next_row[g]
         next_row[g] += lengths[t]
-    # Each row's key and reward go to its place in the layout in one pass, as one
-    # 16-byte record: one scattered cache line per row (scattered writes do not stall
-    # the loop as gathered reads would).  A bitmap that fits the cache finds a step id
-    # used twice.
-    laid = np.empty((n, 2), dtype=np.int64)
-    laid_float = laid.view(np.float64)
-    laid_penalties = np.empty(n if row_penalty else 0, dtype=np.float64)
-    reward_bits = rewards.view(np.int64)
-    seen = np.zeros((n + 63) // 64, dtype=np.uint64)
-    row_at = np.empty(n, dtype=np.int32)  # each row's place in the layout
-    for i in range(n):
-        s = step_ids[i]
-        at = traj_first[row_traj[i]] + s
-        bit = np.uint64(1) << np.uint64(at & 63)
-        if s < 0 or s >= lengths[row_traj[i]] or seen[at >> 6] & bit:
-            return out, False
-        seen[at >> 6] |= bit
-        row_at[i] = at
-        laid[at, 0] = keys[i]
-        laid[at, 1] = reward_bits[i]
-        if row_penalty:
-            laid_penalties[at] = penalties[i]
-    result = laid_float[:, 1]  # the results, in layout order, over the rewards already used
 
+    laid = np.empty((n, 2), dtype=np.int64)
+    laid_penalties = np.empty(n if row_penalty else 0, dtype=np.float64)
+    source = np.full(n, -1, dtype=np.int32)
+    if not _place_rows(step_ids, row_traj, lengths, traj_first, keys, rewards, penalties, row_penalty, laid, laid_penalties, source):
+        return out, False
+    _group_advantages(
+        group_trajs, group_rows, traj_order, traj_first, lengths, returns, penalty_sums, laid, laid_penalties, source,
+        gamma, omega, norm_by_std, step_stats, row_penalty, threads, out,
+    )  # fmt: skip
+    return out, True
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _place_rows(step_ids, row_traj, lengths, traj_first, keys, rewards, penalties, row_penalty, laid, laid_penalties, source):
+    """Write each row's key and reward to its place as one 16-byte record (one scattered
+    cache line per row), and the row's index to ``source``; False if a step id is out of
+    range or used twice.  n rows go to n places, so a step id used twice leaves a place
+    empty: the check needs no shared state and the rows are placed in parallel."""
+    reward_bits = rewards.view(np.int64)
+    bad = 0
+    for i in prange(step_ids.shape[0]):
+        s = step_ids[i]
+        t = row_traj[i]
+        if s < 0 or s >= lengths[t]:
+            bad += 1
+        else:
+            at = traj_first[t] + s
+            source[at] = i
+            laid[at, 0] = keys[i]
+            laid[at, 1] = reward_bits[i]
+            if row_penalty:
+                laid_penalties[at] = penalties[i]
+    for k in prange(source.shape[0]):
+        if source[k] == -1:
+            bad += 1
+    return bad == 0
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _group_advantages(
+    group_trajs, group_rows, traj_order, traj_first, lengths, returns, penalty_sums, laid, laid_penalties, source,
+    gamma, omega, norm_by_std, step_stats, row_penalty, threads, out,
+):  # fmt: skip
+    """``out[row]`` for the rows of every task group, the groups shared among the threads."""
+    laid_float = laid.view(np.float64)
+    n_groups = group_rows.shape[0] - 1
+    longest = 1
+    for g in range(n_groups):
+        longest = max(longest, group_rows[g + 1] - group_rows[g])
     size = 2
     while size < 2 * longest:
         size *= 2
-    table = np.empty((size, 2), dtype=np.int64)  # [key, code]: one cache line per probe
-    zeros = np.zeros(longest, dtype=np.int64)
-    codes = np.empty(longest, dtype=np.int64)
-    values = np.empty(longest, dtype=np.float64)
-    weights = np.empty(longest, dtype=np.float64)
-    episode = np.empty(longest, dtype=np.float64)
-    step = np.empty(longest, dtype=np.float64)
-    count = np.empty(longest, dtype=np.float64)
-    reference = np.empty(longest, dtype=np.float64)
-    sums = np.empty(longest, dtype=np.float64)
-    for g in range(n_groups):
-        begin, m = group_rows[g], group_rows[g + 1] - group_rows[g]
-        trajs = traj_order[group_trajs[g] : group_trajs[g + 1]]
+    n_chunks = min(n_groups, 4 * threads)
+    for chunk in prange(n_chunks):
+        table = np.empty((size, 2), dtype=np.int64)  # [key, code]: one cache line per probe
+        zeros = np.zeros(longest, dtype=np.int64)
+        codes = np.empty(longest, dtype=np.int64)
+        values = np.empty(longest, dtype=np.float64)
+        weights = np.empty(longest, dtype=np.float64)
+        episode = np.empty(longest, dtype=np.float64)
+        step = np.empty(longest, dtype=np.float64)
+        count = np.empty(longest, dtype=np.float64)
+        reference = np.empty(longest, dtype=np.float64)
+        sums = np.empty(longest, dtype=np.float64)
+        for g in range(chunk * n_groups // n_chunks, (chunk + 1) * n_groups // n_chunks):
+            begin, m = group_rows[g], group_rows[g + 1] - group_rows[g]
+            trajs = traj_order[group_trajs[g] : group_trajs[g + 1]]
 
-        # A^E: returns normalised over the group's trajectories (or, by row, its rows).
-        if not row_penalty:
-            for a in range(trajs.shape[0]):
-                values[a] = returns[trajs[a]]
-                weights[a] = lengths[trajs[a]]
-            _normalize(values, zeros, trajs.shape[0], 1, weights, step_stats, norm_by_std, count, reference, sums, step)
-            for a in range(trajs.shape[0]):
-                episode[traj_first[trajs[a]] - begin : traj_first[trajs[a]] - begin + lengths[trajs[a]]] = step[a]
-        elif trajs.shape[0] < 2:
-            episode[:m] = 0.0
-        else:
+            # A^E: returns normalised over the group's trajectories (or, by row, its rows).
+            if not row_penalty:
+                for a in range(trajs.shape[0]):
+                    values[a] = returns[trajs[a]]
+                    weights[a] = lengths[trajs[a]]
+                _normalize(values, zeros, trajs.shape[0], 1, weights, step_stats, norm_by_std, count, reference, sums, step)
+                for a in range(trajs.shape[0]):
+                    episode[traj_first[trajs[a]] - begin : traj_first[trajs[a]] - begin + lengths[trajs[a]]] = step[a]
+            elif trajs.shape[0] < 2:
+                episode[:m] = 0.0
+            else:
+                for a in range(trajs.shape[0]):
+                    t = trajs[a]
+                    for k in range(traj_first[t] - begin, traj_first[t] - begin + lengths[t]):
+                        values[k] = (returns[t] + penalty_sums[t]) - laid_penalties[begin + k]
+                        weights[k] = 1.0 if k == traj_first[t] - begin else 0.0
+                _normalize(values, zeros, m, 1, weights, not step_stats, norm_by_std, count, reference, sums, episode)
+            if omega == 0.0:
+                for k in range(m):
+                    out[source[begin + k]] = episode[k]
+                continue
+
+            # A^S: discounted returns along each trajectory, normalised over the step groups.
             for a in range(trajs.shape[0]):
                 t = trajs[a]
-                for k in range(traj_first[t] - begin, traj_first[t] - begin + lengths[t]):
-                    values[k] = (returns[t] + penalty_sums[t]) - laid_penalties[begin + k]
-                    weights[k] = 1.0 if k == traj_first[t] - begin else 0.0
-            _normalize(values, zeros, m, 1, weights, not step_stats, norm_by_std, count, reference, sums, episode)
-        if omega == 0.0:
+                after = 0.0
+                for k in range(traj_first[t] + lengths[t] - 1, traj_first[t] - 1, -1):
+                    after = (laid_float[k, 1] + laid_penalties[k] if row_penalty else laid_float[k, 1]) + gamma * after
+                    values[k - begin] = after - laid_penalties[k] if row_penalty else after
+            bits = 1
+            while (1 << bits) < 2 * m:
+                bits += 1
+            table[: 1 << bits, 1] = -1
+            n_steps = 0
             for k in range(m):
-                result[begin + k] = episode[k]
-            continue
-
-        # A^S: discounted returns along each trajectory, normalised over the step groups.
-        for a in range(trajs.shape[0]):
-            t = trajs[a]
-            after = 0.0
-            for k in range(traj_first[t] + lengths[t] - 1, traj_first[t] - 1, -1):
-                after = (laid_float[k, 1] + laid_penalties[k] if row_penalty else laid_float[k, 1]) + gamma * after
-                values[k - begin] = after - laid_penalties[k] if row_penalty else after
-        bits = 1
-        while (1 << bits) < 2 * m:
-            bits += 1
-        table[: 1 << bits, 1] = -1
-        n_steps = 0
-        for k in range(m):
-            key = laid[begin + k, 0]
-            slot = _probe(table, key, bits)
-            if table[slot, 1] == -1:
-                table[slot, 0] = key
-                table[slot, 1] = n_steps
-                n_steps += 1
-            codes[k] = table[slot, 1]
-        _normalize(values, codes, m, n_steps, weights, False, norm_by_std, count, reference, sums, step)
-        for k in range(m):
-            result[begin + k] = episode[k] + omega * step[k]
-    for i in range(n):
-        out[i] = result[row_at[i]]
-    return out, True
+                key = laid[begin + k, 0]
+                slot = _probe(table, key, bits)
+                if table[slot, 1] == -1:
+                    table[slot, 0] = key
+                    table[slot, 1] = n_steps
+                    n_steps += 1
+                codes[k] = table[slot, 1]
+            _normalize(values, codes, m, n_steps, weights, False, norm_by_std, count, reference, sums, step)
+            for k in range(m):
+                out[source[begin + k]] = episode[k] + omega * step[k]
