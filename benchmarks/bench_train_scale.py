@@ -7,12 +7,12 @@ optimiser steps); generated tokens per second of generation and trained tokens p
 second of update; peak memory (CUDA's max allocated on a GPU, the process's peak RSS
 on a CPU).  With N processes a figure is the slowest process's (they wait for it),
 memory the largest process's.  One process runs the plain loop; N run under
-``torch.distributed.run`` (gloo on CPU, NCCL on GPUs) with ``--accelerate`` env
-settings for FSDP when asked.
+``torch.distributed.run`` (gloo on CPU, NCCL on GPUs) with the settings ``accelerate
+launch`` gives the engine asked for (``--engine``: DDP, FSDP2, DeepSpeed ZeRO-2 or ZeRO-3).
 
     python benchmarks/bench_train_scale.py                      # the tiny model on CPU, 1 and 2 processes
     python benchmarks/bench_train_scale.py --config alfworld_qwen2.5_1.5b --set model.name=/models/Qwen2.5-1.5B-Instruct \\
-        --processes 1 8 --fsdp                                   # the paper's setting on 8 GPUs
+        --processes 1 8 --engine fsdp                            # the paper's setting on 8 GPUs
 
 Writes ``benchmarks/results/train_scale.json`` (``--out``).
 """
@@ -121,9 +121,9 @@ def run(processes: int, args: argparse.Namespace, out: Path) -> dict:
             port = s.getsockname()[1]
         full = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
                 f"--master_port={port}", "--max_restarts=0", *command]
-        if args.fsdp:
-            env.update({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_RESHARD_AFTER_FORWARD": "true",
-                        "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT", "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP"})
+        from gigpo_gym.algos.training.distributed import LAUNCH_ENV
+
+        env.update(LAUNCH_ENV[args.engine])
     subprocess.run(full, env=env, check=True, cwd=ROOT)
     return json.loads(out.read_text())
 
@@ -135,7 +135,8 @@ def main() -> None:
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--iterations", type=int, default=3, help="timed iterations (after one warm-up)")
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of each process (CPU)")
-    parser.add_argument("--fsdp", action="store_true", help="shard with FSDP2 (else DDP) when processes > 1")
+    parser.add_argument("--engine", choices=["ddp", "fsdp", "zero2", "zero3"], default="ddp",
+                        help="data-parallel engine when processes > 1: DDP, FSDP2, DeepSpeed ZeRO-2 or ZeRO-3 (needs [deepspeed])")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "train_scale.json"))
     parser.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -146,9 +147,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.processes:
             r = run(n, args, Path(tmp) / f"p{n}.json")
-            results.append(r)
+            results.append({**r, "engine": "single" if n == 1 else args.engine})
             m = r["median"]
-            print(f"{n} process(es) [{r['device']}]: iteration {m['iteration_s']:.2f} s = env {m['env_s']:.2f} + "
+            engine = "" if n == 1 else f", {args.engine}"
+            print(f"{n} process(es) [{r['device']}{engine}]: iteration {m['iteration_s']:.2f} s = env {m['env_s']:.2f} + "
                   f"generation {m['generate_s']:.2f} + scoring {m['score_s']:.2f} + update {m['optimize_s']:.2f} "
                   f"(+ bookkeeping); {m['generate_tokens_per_s']:.0f} generated tok/s, "
                   f"{m['update_tokens_per_s']:.0f} trained tok/s; {m['rows']:.0f} rows; "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pickle
@@ -18,6 +19,7 @@ from helpers_fake import CORRIDOR_ID
 
 from gigpo_gym.algos.training import checkpoint as ckpt
 from gigpo_gym.algos.training.config import ConfigError, load_config
+from gigpo_gym.algos.training.distributed import LAUNCH_ENV
 from gigpo_gym.algos.training.rollout import collect
 from gigpo_gym.algos.training.trainer import Trainer
 from gigpo_gym.core.env import derive_seed
@@ -42,11 +44,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(scenario: str, out: Path, args: list[str], processes: int = 2, fsdp: bool = False, timeout: float = 120):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if fsdp:  # what `accelerate launch` with configs/accelerate/fsdp.yaml sets
-        env.update({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_RESHARD_AFTER_FORWARD": "true",
-                    "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT", "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP"})
+needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
+                                     reason='DeepSpeed is not installed (pip install "gigpo-gym[deepspeed]")')
+
+
+def torchrun(scenario: str, out: Path, args: list[str], processes: int = 2, kind: str = "ddp", timeout: float = 120):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **LAUNCH_ENV[kind]}
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
                f"--master_port={free_port()}", "--max_restarts=0", "--monitor_interval=1",
                str(TESTS / "dist_worker.py"), scenario, str(out), json.dumps(args)]
@@ -69,14 +72,16 @@ def one_process_update(tmp_path: Path, args: list[str]):
         trainer.close()
 
 
-@pytest.mark.parametrize("kind,groups", [("ddp", 2), ("fsdp", 3)])
+@pytest.mark.parametrize("kind,groups", [
+    ("ddp", 2), ("fsdp", 3), pytest.param("zero2", 3, marks=needs_deepspeed), pytest.param("zero3", 3, marks=needs_deepspeed),
+])
 def test_two_processes_make_the_one_process_update_and_play_its_tasks(tmp_path, kind, groups):
     # Adam divides each step by the gradient's own scale, so summation-order noise in near-zero
     # gradients moves a weight by up to ~lr/1000 (1.3e-6 at lr 1e-3 under FSDP); at lr 1e-4 that
     # stays under 1e-6 while a gradient that is not synchronised still moves weights by ~1e-4.
     args = overrides(tmp_path, f"env.num_groups={groups}", "optim.lr=1e-4")
     weights, metrics, episodes = one_process_update(tmp_path, args)
-    result = torchrun("update", tmp_path, args, fsdp=kind == "fsdp")
+    result = torchrun("update", tmp_path, args, kind=kind)
     assert result.returncode == 0, result.stderr[-4000:]
     got = torch.load(tmp_path / "weights.pt", weights_only=False)
     assert got["weights"].keys() == weights.keys()
@@ -90,9 +95,12 @@ def test_two_processes_make_the_one_process_update_and_play_its_tasks(tmp_path, 
     assert {e[0] for e in json.loads((tmp_path / "episodes-0.json").read_text())} == set(range(groups // 2))
 
 
-def test_training_logs_once_and_resumes_on_another_process_count(tmp_path):
+@pytest.mark.parametrize("trained,resumed", [
+    ("fsdp", "fsdp"), pytest.param("zero3", "zero2", marks=needs_deepspeed), pytest.param("zero2", "zero3", marks=needs_deepspeed),
+])
+def test_training_logs_once_and_resumes_on_another_process_count(tmp_path, trained, resumed):
     args = overrides(tmp_path, "env.num_groups=3", "iterations=2", "eval_every=1")
-    result = torchrun("train", tmp_path, args, fsdp=True)
+    result = torchrun("train", tmp_path, args, kind=trained)
     assert result.returncode == 0, result.stderr[-4000:]
     run = tmp_path / "run"
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -114,7 +122,7 @@ def test_training_logs_once_and_resumes_on_another_process_count(tmp_path):
             for n, v in state.items():
                 assert torch.equal(torch.as_tensor(got["optimizer"]["state"][k][n]), torch.as_tensor(v)), (k, n)
 
-    # written by 2 FSDP processes: one process resumes the same weights and optimiser state
+    # written by 2 sharded processes: one process resumes the same weights and optimiser state
     one = Trainer(load_config(None, args))
     try:
         one.resume("latest", echo=lambda *_: None)
@@ -122,8 +130,8 @@ def test_training_logs_once_and_resumes_on_another_process_count(tmp_path):
               "optimizer": one.optimizer.state_dict()})
     finally:
         one.close()
-    # and 2 FSDP processes load it into their shards and gather it back whole
-    result = torchrun("resume", tmp_path, args, fsdp=True)
+    # and 2 sharded processes (the same engine, or the other ZeRO stage) load it and gather it back whole
+    result = torchrun("resume", tmp_path, args, kind=resumed)
     assert result.returncode == 0, result.stderr[-4000:]
     same(torch.load(tmp_path / "resumed.pt", weights_only=False))
 
@@ -184,3 +192,24 @@ def test_shipped_accelerate_configs_load_in_accelerate():
     for name, path in shipped.items():
         config = load_config_from_file(str(path))
         assert config.distributed_type is not None, name
+
+
+@needs_deepspeed
+def test_deepspeed_stage_one_and_half_precision_masters_are_one_clear_error():
+    from types import SimpleNamespace
+
+    from accelerate.utils import DeepSpeedPlugin, DistributedType
+
+    from gigpo_gym.algos.training.distributed import Parallel
+
+    accelerator = SimpleNamespace(process_index=0, num_processes=2, distributed_type=DistributedType.MULTI_CPU)
+    with pytest.raises(RuntimeError, match=r"zero_stage: 1; gigpo-gym train runs ZeRO-2 and ZeRO-3"):
+        Parallel(accelerator, deepspeed=DeepSpeedPlugin(zero_stage=1))
+    parallel = Parallel(accelerator, deepspeed=DeepSpeedPlugin(zero_stage=3))
+    assert parallel.kind == "deepspeed" and parallel.needs_inference_copy
+    config = parallel._deepspeed_config(0.5)
+    assert config["gradient_clipping"] == 0.5 and config["zero_optimization"]["stage"] == 3
+    assert "auto" not in json.dumps(config)
+    parallel.deepspeed_plugin.deepspeed_config["bf16"] = {"enabled": True}
+    with pytest.raises(RuntimeError, match=r"enables bf16: .*model.compute_dtype: bfloat16"):
+        parallel._deepspeed_config(1.0)

@@ -22,17 +22,24 @@ How N processes equal one (the trainer does the bookkeeping, this module the col
   micro-batches as the busiest one (the others add zero-weight ones), so all make the
   same forward/backward calls and optimiser steps.
 - **Generation.**  DDP keeps full weights in every process: each generates with its own
-  module, at its own pace.  A sharded engine (FSDP) cannot run its module process by
-  process, so every process generates (and scores without gradients) with an
+  module, at its own pace.  A sharded engine (FSDP, ZeRO-3) cannot run its module process
+  by process, so every process generates (and scores without gradients) with an
   *inference copy* that holds full weights, refreshed after each update (the same
-  push a vLLM engine gets).
+  push a vLLM engine gets); ZeRO-2 gets one too, as its weights are views of the
+  engine's flat buffers.
 - **Checkpoints** hold full weights and the full, index-keyed optimiser state (the
   single-process format), written by rank 0; any process count resumes from them.
+- **DeepSpeed ZeRO-2/3** (an accelerate config with ``distributed_type: DEEPSPEED``):
+  the engine is DeepSpeed's own (``deepspeed.initialize`` with the config accelerate
+  read), the micro-batches end their accumulation where the trainer says, and the
+  optimiser state goes to and from the single-process format parameter by parameter
+  (DeepSpeed's full-state API), so ZeRO checkpoints resume on any process count too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 from datetime import timedelta
 from typing import Any
@@ -41,7 +48,17 @@ import torch
 
 from gigpo_gym.registration import missing_extra_error
 
-KINDS = ("single", "ddp", "fsdp")
+KINDS = ("single", "ddp", "fsdp", "deepspeed")
+
+#: What ``accelerate launch`` sets, beyond torchrun's variables, for the shipped configs of
+#: each engine (configs/accelerate/): benchmarks and tests start ``torch.distributed.run`` with it.
+LAUNCH_ENV = {
+    "ddp": {},
+    "fsdp": {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_RESHARD_AFTER_FORWARD": "true",
+             "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT", "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP"},
+    "zero2": {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"},
+    "zero3": {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"},
+}
 
 
 def launched_processes() -> int:
@@ -63,14 +80,21 @@ def shard_groups(num_groups: int, rank: int, world: int) -> tuple[int, int]:
 
 
 class Parallel:
-    """The processes of a run: one (``accelerator=None``) or N through an ``accelerate.Accelerator``."""
+    """The processes of a run: one (``accelerator=None``) or N through an ``accelerate.Accelerator``.
 
-    def __init__(self, accelerator: Any | None = None):
+    ``deepspeed``: the ``accelerate.utils.DeepSpeedPlugin`` of a DeepSpeed config, when the
+    accelerator itself does not carry it (on CPU accelerate turns DeepSpeed off; the
+    engine runs there all the same, on gloo).
+    """
+
+    def __init__(self, accelerator: Any | None = None, deepspeed: Any | None = None):
         self.accelerator = accelerator
         self.rank = accelerator.process_index if accelerator is not None else 0
         self.world = accelerator.num_processes if accelerator is not None else 1
         self.is_main = self.rank == 0
         self.kind = "single"
+        self.deepspeed_plugin = deepspeed
+        self._params: list[torch.Tensor] = []  # the trained parameters in the optimiser's order (DeepSpeed)
         if accelerator is not None:
             from accelerate.utils import DistributedType
 
@@ -80,43 +104,83 @@ class Parallel:
                 if version != 2:
                     raise RuntimeError(f"the accelerate config asks for fsdp_version: {version}; gigpo-gym train "
                                        "shards with FSDP2: set fsdp_version: 2 (as configs/accelerate/fsdp.yaml does)")
-            elif accelerator.distributed_type == DistributedType.DEEPSPEED:
-                raise RuntimeError(
-                    "DeepSpeed is not supported by gigpo-gym train: its ZeRO optimiser state is saved per process, "
-                    "so a checkpoint would not resume on another process count; use "
-                    "configs/accelerate/fsdp.yaml (FULL_SHARD, as ZeRO-3) or fsdp_grad_op.yaml (SHARD_GRAD_OP, as ZeRO-2)")
+            elif accelerator.distributed_type == DistributedType.DEEPSPEED or deepspeed is not None:
+                self.kind = "deepspeed"
+                self.deepspeed_plugin = deepspeed or accelerator.state.deepspeed_plugin
+                stage = self.deepspeed_plugin.zero_stage
+                if stage not in (2, 3):
+                    raise RuntimeError(f"the accelerate config asks for DeepSpeed zero_stage: {stage}; gigpo-gym train "
+                                       "runs ZeRO-2 and ZeRO-3 (configs/accelerate/deepspeed_zero2.yaml, deepspeed_zero3.yaml)")
             else:
                 self.kind = "ddp"
 
     # -- what the trainer asks ------------------------------------------------------
     @property
-    def sharded(self) -> bool:
-        """True when no process holds full weights (generation needs an inference copy)."""
-        return self.kind == "fsdp"
+    def needs_inference_copy(self) -> bool:
+        """True when generation and checkpoints need a plain module with full weights: no process
+        holds them (FSDP, ZeRO-3), or the engine keeps them as views of its flat buffers (ZeRO-2)."""
+        return self.kind in ("fsdp", "deepspeed")
 
     @property
     def device(self) -> torch.device | None:
         return self.accelerator.device if self.accelerator is not None else None
 
-    def prepare(self, module: torch.nn.Module, optimizer: Any) -> tuple[Any, Any]:
-        """Wrap the trained module and its optimiser (DDP, FSDP); unchanged in one process."""
+    def prepare(self, module: torch.nn.Module, optimizer: Any, max_grad_norm: float) -> tuple[Any, Any]:
+        """Wrap the trained module and its optimiser (DDP, FSDP, DeepSpeed); unchanged in one process."""
         if self.accelerator is None:
             return module, optimizer
-        return self.accelerator.prepare(module, optimizer)
+        if self.kind != "deepspeed":
+            return self.accelerator.prepare(module, optimizer)
+        import deepspeed
+
+        self._params = [p for group in optimizer.param_groups for p in group["params"]]
+        engine, wrapped, _, _ = deepspeed.initialize(
+            model=module, optimizer=optimizer, config=self._deepspeed_config(max_grad_norm), dist_init_required=False)
+        return engine, wrapped
 
     def backward(self, engine: Any, loss: torch.Tensor, last: bool) -> None:
         """Backward of one micro-batch; gradients are reduced across processes on the ``last`` one only."""
         if self.accelerator is None:
             loss.backward()
             return
+        if self.kind == "deepspeed":
+            engine.set_gradient_accumulation_boundary(last)
+            engine.backward(loss)
+            return
         self.accelerator.sync_gradients = last
         with contextlib.nullcontext() if last else self.accelerator.no_sync(engine):
             self.accelerator.backward(loss)
 
-    def clip_grad_norm(self, engine: Any, params: list[torch.Tensor], max_norm: float) -> float:
+    def step(self, engine: Any, optimizer: Any, params: list[torch.Tensor], max_norm: float) -> float:
+        """Clip the gradients to ``max_norm`` and take the optimiser step; returns the norm before clipping."""
         if self.accelerator is None:
-            return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-        return float(self.accelerator.clip_grad_norm_(engine.parameters(), max_norm))
+            norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        elif self.kind == "deepspeed":  # the engine clips (gradient_clipping) and steps
+            engine.step()
+            return float(engine.get_global_grad_norm())
+        else:
+            norm = float(self.accelerator.clip_grad_norm_(engine.parameters(), max_norm))
+        optimizer.step()
+        return norm
+
+    def _deepspeed_config(self, max_grad_norm: float) -> dict[str, Any]:
+        """The DeepSpeed config accelerate read, with the values the trainer decides itself.
+
+        The trainer forms its own micro-batches and says where each accumulation ends,
+        so DeepSpeed's batch sizes are nominal; float32 master weights (bf16 compute is
+        the run config's autocast, as for FSDP); accelerate's "auto" bucket sizes are left
+        to DeepSpeed's defaults.
+        """
+        config = dict(self.deepspeed_plugin.deepspeed_config)
+        config.update(train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=1, train_batch_size=self.world,
+                      gradient_clipping=float(max_grad_norm), zero_allow_untested_optimizer=True)
+        for precision in ("fp16", "bf16"):
+            if config.get(precision, {}).get("enabled") is True:
+                raise RuntimeError(f"the DeepSpeed config enables {precision}: gigpo-gym train keeps float32 master "
+                                   "weights; set mixed_precision: 'no' and model.compute_dtype: bfloat16 in the run config")
+            config.pop(precision, None)
+        config["zero_optimization"] = {k: v for k, v in config.get("zero_optimization", {}).items() if v != "auto"}
+        return config
 
     # -- collectives (no-ops in one process) ------------------------------------------
     def gather_objects(self, obj: Any) -> list[Any]:
@@ -173,6 +237,11 @@ class Parallel:
     def full_state(self, engine: Any) -> dict[str, torch.Tensor]:
         """Every parameter and buffer of the trained module, whole (a collective under FSDP)."""
         module = self.unwrap(engine)
+        if self.kind == "deepspeed" and self.deepspeed_plugin.zero_stage == 3:
+            import deepspeed
+
+            with deepspeed.zero.GatheredParameters(list(module.parameters())):
+                return {name: t.detach().cpu().clone() for name, t in module.state_dict().items()}
         return {name: _full(t) for name, t in module.state_dict().items()}
 
     def copy_weights(self, engine: Any, target: torch.nn.Module) -> None:
@@ -182,10 +251,14 @@ class Parallel:
     def unwrap(self, engine: Any) -> torch.nn.Module:
         if self.accelerator is None:
             return engine
+        if self.kind == "deepspeed":
+            return engine.module
         return self.accelerator.unwrap_model(engine)
 
     def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
         """The optimiser's state with whole tensors: the single-process format (a collective under FSDP)."""
+        if self.kind == "deepspeed":
+            return _deepspeed_optimizer_state(optimizer, self._params)
         state = optimizer.state_dict()
         if self.kind != "fsdp":
             return state
@@ -193,6 +266,9 @@ class Parallel:
 
     def load_optimizer_state(self, optimizer: Any, state: dict[str, Any]) -> None:
         """Load a single-process optimiser state into a (possibly sharded) optimiser."""
+        if self.kind == "deepspeed":
+            _load_deepspeed_optimizer_state(optimizer, self._params, state)
+            return
         if self.kind == "fsdp":
             from torch.distributed.tensor import DTensor, distribute_tensor
 
@@ -209,6 +285,70 @@ class Parallel:
                 }
             state = {**state, "state": converted}
         optimizer.load_state_dict(state)
+
+
+_ADAM_MOMENTS = ("exp_avg", "exp_avg_sq")
+
+
+def _deepspeed_flat_partitions(optimizer: Any) -> list[torch.Tensor]:
+    """The float32 partitions a ZeRO optimiser steps (its inner optimiser's parameters)."""
+    flats = getattr(optimizer, "fp32_partitioned_groups_flat", None)  # ZeRO-3
+    return list(flats if flats is not None else optimizer.single_partition_of_fp32_groups)  # ZeRO-1/2
+
+
+def _deepspeed_optimizer_state(optimizer: Any, params: list[torch.Tensor]) -> dict[str, Any]:
+    """A ZeRO optimiser's AdamW state in torch's single-process format (a collective)."""
+    from deepspeed.utils import safe_get_full_optimizer_state
+
+    inner = optimizer.optimizer
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in inner.param_groups]
+    groups[0]["params"] = list(range(len(params)))  # the trainer's one parameter group
+    steps = [inner.state[f]["step"] for f in _deepspeed_flat_partitions(optimizer) if inner.state.get(f)]
+    if not steps:  # no step taken yet
+        return {"state": {}, "param_groups": groups}
+    state = {i: {"step": steps[0].detach().cpu().clone(),
+                 **{k: safe_get_full_optimizer_state(p, k).detach().cpu().reshape(p.ds_shape if hasattr(p, "ds_shape") else p.shape)
+                    for k in _ADAM_MOMENTS}}
+             for i, p in enumerate(params)}
+    return {"state": state, "param_groups": groups}
+
+
+def _load_deepspeed_optimizer_state(optimizer: Any, params: list[torch.Tensor], state: dict[str, Any]) -> None:
+    """Put a single-process AdamW state into a ZeRO optimiser's partitions."""
+    if not state["state"]:
+        return
+    inner = optimizer.optimizer
+    for group, saved in zip(inner.param_groups, state["param_groups"]):
+        group.update({k: v for k, v in saved.items() if k != "params"})
+    step = next(iter(state["state"].values()))["step"]
+    for flat in _deepspeed_flat_partitions(optimizer):  # AdamW creates its state at the first step: create it now
+        inner.state[flat] = {"step": torch.as_tensor(step, dtype=torch.float32).clone(),
+                             **{k: torch.zeros_like(flat) for k in _ADAM_MOMENTS}}
+    zero3 = hasattr(optimizer, "fp32_partitioned_groups_flat")
+    if not zero3:
+        optimizer._lazy_init_hp_params_optimizer_state()  # link each parameter to its piece of the new state
+    from deepspeed.utils import safe_set_full_optimizer_state
+
+    for i, p in enumerate(params):
+        for key in _ADAM_MOMENTS:
+            value = torch.as_tensor(state["state"][i][key], dtype=torch.float32)
+            if zero3:
+                _set_zero3_state(optimizer, p, value, key)
+            else:
+                safe_set_full_optimizer_state(p, value.to(p.device), key)
+
+
+def _set_zero3_state(optimizer: Any, param: torch.Tensor, value: torch.Tensor, key: str) -> None:
+    """This process's piece of a ZeRO-3 parameter's optimiser state ``key``, from the whole ``value``.
+
+    DeepSpeed's own setter cuts the unpadded value and fails where the size is not a
+    multiple of the process count; its partitions are the padded value's.
+    """
+    piece, _ = optimizer._get_fp32_opt_state_partition(param, release_swap_buffers=False, optim_state_key=key)
+    rank, world = optimizer._get_param_partition_rank(param), optimizer._get_param_partition_world_size(param)
+    padded = torch.zeros(piece.numel() * world, dtype=piece.dtype)
+    padded[: value.numel()] = value.flatten()
+    piece.data.copy_(padded.narrow(0, piece.numel() * rank, piece.numel()).to(piece.device))
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -235,9 +375,18 @@ def start(device: str, timeout_s: float) -> Parallel:
         raise missing_extra_error("train", "multi-process training (accelerate)") from e
     cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
     accelerator = Accelerator(cpu=cpu, kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=timeout_s))])
-    if cpu and os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and \
-            accelerator.distributed_type == DistributedType.MULTI_CPU:
+    on_cpu = cpu and accelerator.distributed_type == DistributedType.MULTI_CPU
+    if on_cpu and os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
         # accelerate turns FSDP on for accelerators only; on CPU (gloo) its FSDP2 path works the same
         accelerator.state.fsdp_plugin = FullyShardedDataParallelPlugin()
         accelerator.state.distributed_type = DistributedType.FSDP
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        try:
+            from accelerate.utils import DeepSpeedPlugin
+        except ImportError as e:
+            raise missing_extra_error("deepspeed", "DeepSpeed ZeRO training") from e
+        if importlib.util.find_spec("deepspeed") is None:
+            raise missing_extra_error("deepspeed", "DeepSpeed ZeRO training")
+        # on CPU accelerate turns DeepSpeed off; the plugin reads the config from the launcher's variables
+        return Parallel(accelerator, deepspeed=DeepSpeedPlugin() if on_cpu else None)
     return Parallel(accelerator)

@@ -198,7 +198,7 @@ class Trainer:
     def prepare(self) -> None:
         """Wrap the trained module for N processes and set up generation; once, after any SFT warm start.
 
-        Rank 0's weights go to every process first.  A sharded engine gets an inference copy
+        Rank 0's weights go to every process first.  A sharded engine (and ZeRO-2) gets an inference copy
         (full weights) to generate and score with; ``model.generation: vllm`` a vLLM engine.
         """
         if self.prepared:
@@ -206,11 +206,11 @@ class Trainer:
         p = self.parallel
         if p.world > 1:
             p.broadcast_parameters(self.policy)
-            if p.sharded:
+            if p.needs_inference_copy:
                 self.scorer = copy.deepcopy(self.policy)
                 for q in self.scorer.parameters():
                     q.requires_grad_(False)
-            self.engine, self.optimizer = p.prepare(self.policy, self.optimizer)
+            self.engine, self.optimizer = p.prepare(self.policy, self.optimizer, self.cfg.optim.max_grad_norm)
         if self._pending_optimizer_state is not None:
             p.load_optimizer_state(self.optimizer, self._pending_optimizer_state)
             self._pending_optimizer_state = None
@@ -376,8 +376,7 @@ class Trainer:
                     if weight:
                         for k in summed:
                             stats[k].append(st[k])
-                norms.append(p.clip_grad_norm(self.engine, self.params, o.max_grad_norm))
-                self.optimizer.step()
+                norms.append(p.step(self.engine, self.optimizer, self.params, o.max_grad_norm))
         self.refresh_actor()
         # per-micro-batch terms are parts of a mini-batch mean: sum them per mini-batch, average mini-batches
         updates = max(len(norms), 1)
