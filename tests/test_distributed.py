@@ -107,6 +107,8 @@ def test_training_logs_once_and_resumes_on_another_process_count(tmp_path, train
     assert [r["iteration"] for r in records] == [0, 1, 2]  # one record per iteration, from rank 0
     assert records[-1]["rollout/rows"] > 0 and "eval/success" in records[-1]
     assert len(list((run / "tensorboard").iterdir())) == 1
+    engine = {"fsdp": "fsdp", "zero2": "deepspeed_zero2", "zero3": "deepspeed_zero3"}[trained]
+    assert json.loads((run / "summary.json").read_text())["engine"] == engine
     assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter-000001", "iter-000002"]
     saved = ckpt.latest_checkpoint(run / "checkpoints")
     ckpt.verify_checkpoint(saved)

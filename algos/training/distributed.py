@@ -116,6 +116,11 @@ class Parallel:
 
     # -- what the trainer asks ------------------------------------------------------
     @property
+    def engine(self) -> str:
+        """What trains: single, ddp, fsdp, deepspeed_zero2 or deepspeed_zero3 (in summary.json)."""
+        return f"deepspeed_zero{self.deepspeed_plugin.zero_stage}" if self.kind == "deepspeed" else self.kind
+
+    @property
     def needs_inference_copy(self) -> bool:
         """True when generation and checkpoints need a plain module with full weights: no process
         holds them (FSDP, ZeRO-3), or the engine keeps them as views of its flat buffers (ZeRO-2)."""

@@ -534,7 +534,7 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
     if main:
         save_config(cfg, trainer.run_dir / "config.yaml")
     summary: dict[str, Any] = {"run_dir": str(trainer.run_dir), "evals": {}, "main": main,
-                               "processes": trainer.parallel.world}
+                               "processes": trainer.parallel.world, "engine": trainer.parallel.engine}
     started = time.perf_counter()
     try:
         if resume:
