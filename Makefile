@@ -41,7 +41,7 @@ browser-deps:
 	fi
 
 test: $(VENV)/.installed-test browser-deps
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=15
 
 # The main job: SFT warm start then GiGPO, tiny model, embedded ALFWorld, CPU (about 20 min
 # on 2 cores after the venv). Prints held-out success per task type after SFT and after

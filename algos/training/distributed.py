@@ -335,8 +335,11 @@ def _load_deepspeed_optimizer_state(optimizer: Any, params: list[torch.Tensor], 
     from deepspeed.utils import safe_set_full_optimizer_state
 
     for i, p in enumerate(params):
+        saved = state["state"].get(i, state["state"].get(str(i)))
+        if saved is None:  # a parameter that never had a gradient: its moments stay zero
+            continue
         for key in _ADAM_MOMENTS:
-            value = torch.as_tensor(state["state"][i][key], dtype=torch.float32)
+            value = torch.as_tensor(saved[key], dtype=torch.float32)
             if zero3:
                 _set_zero3_state(optimizer, p, value, key)
             else:
