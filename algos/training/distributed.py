@@ -295,10 +295,15 @@ class Parallel:
 _ADAM_MOMENTS = ("exp_avg", "exp_avg_sq")
 
 
+def _is_zero3(optimizer: Any) -> bool:
+    return getattr(optimizer, "fp32_partitioned_groups_flat", None) is not None
+
+
 def _deepspeed_flat_partitions(optimizer: Any) -> list[torch.Tensor]:
     """The float32 partitions a ZeRO optimiser steps (its inner optimiser's parameters)."""
-    flats = getattr(optimizer, "fp32_partitioned_groups_flat", None)  # ZeRO-3
-    return list(flats if flats is not None else optimizer.single_partition_of_fp32_groups)  # ZeRO-1/2
+    if _is_zero3(optimizer):
+        return list(optimizer.fp32_partitioned_groups_flat)
+    return list(optimizer.single_partition_of_fp32_groups)  # ZeRO-1/2
 
 
 def _deepspeed_optimizer_state(optimizer: Any, params: list[torch.Tensor]) -> dict[str, Any]:
@@ -329,7 +334,7 @@ def _load_deepspeed_optimizer_state(optimizer: Any, params: list[torch.Tensor], 
     for flat in _deepspeed_flat_partitions(optimizer):  # AdamW creates its state at the first step: create it now
         inner.state[flat] = {"step": torch.as_tensor(step, dtype=torch.float32).clone(),
                              **{k: torch.zeros_like(flat) for k in _ADAM_MOMENTS}}
-    zero3 = hasattr(optimizer, "fp32_partitioned_groups_flat")
+    zero3 = _is_zero3(optimizer)
     if not zero3:
         optimizer._lazy_init_hp_params_optimizer_state()  # link each parameter to its piece of the new state
     from deepspeed.utils import safe_set_full_optimizer_state
@@ -389,10 +394,8 @@ def start(device: str, timeout_s: float) -> Parallel:
         accelerator.state.fsdp_plugin = FullyShardedDataParallelPlugin()
         accelerator.state.distributed_type = DistributedType.FSDP
     if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
-        try:
-            from accelerate.utils import DeepSpeedPlugin
-        except ImportError as e:
-            raise missing_extra_error("deepspeed", "DeepSpeed ZeRO training") from e
+        from accelerate.utils import DeepSpeedPlugin  # accelerate's own; DeepSpeed itself is the extra
+
         if importlib.util.find_spec("deepspeed") is None:
             raise missing_extra_error("deepspeed", "DeepSpeed ZeRO training")
         # on CPU accelerate turns DeepSpeed off; the plugin reads the config from the launcher's variables
