@@ -113,3 +113,16 @@ def test_numba_backend_without_numba_names_the_extra(monkeypatch):
         get_algorithm("gigpo", backend="numba")
     batch = random_batch(1)
     np.testing.assert_array_equal(get_algorithm("gigpo").advantages(batch), get_algorithm("gigpo", backend="numpy").advantages(batch))
+
+
+@needs_numba
+def test_compiled_call_keeps_torch_s_thread_count():
+    """numba's OpenMP threads share torch's OpenMP setting: a 1-thread training stays on 1 thread."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        get_algorithm("gigpo", backend="numba").advantages(random_batch(0))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -14,12 +14,15 @@ Install with ``pip install "gigpo-gym[fast]"``; without numba ``AVAILABLE`` is F
 The loops are compiled on first use and cached on disk by numba.  They run on numba's
 threads; calls from several Python threads take turns (numba's own "workqueue" thread
 pool, its fallback where neither OpenMP nor TBB is present, aborts the process when two
-threads enter it at once).
+threads enter it at once).  numba's OpenMP layer sets the calling thread's OpenMP
+thread count, which torch shares; the count torch had is put back after each call, so
+a process told to use one torch thread (``OMP_NUM_THREADS=1``) keeps to one.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 import threading
 
 import numpy as np
@@ -50,10 +53,14 @@ def gigpo_advantages(
 
     from gigpo_gym.algos.estimators.numba_loops import gigpo_rows
 
+    torch = sys.modules.get("torch")  # imported by whoever trains; never imported here
+    torch_threads = torch.get_num_threads() if torch is not None else None
     with _ONE_CALLER:
         out, ok = gigpo_rows(
             batch.traj_ids, batch.group_ids, batch.step_ids, batch.rewards,
             np.zeros(0) if penalties is None else penalties, keys.view(np.int64),
             float(gamma), float(omega), bool(norm_by_std), episode_stats == "step", penalties is not None, get_num_threads(),
         )  # fmt: skip
+        if torch_threads is not None and torch.get_num_threads() != torch_threads:
+            torch.set_num_threads(torch_threads)
     return out if ok else None
