@@ -43,8 +43,8 @@ browser-deps:
 test: $(VENV)/.installed-test browser-deps
 	$(BIN)/pytest --durations=15
 
-# The main job: SFT warm start then GiGPO, tiny model, embedded ALFWorld, CPU (about 20 min
-# on 2 cores after the venv). Prints held-out success per task type after SFT and after
+# The main job: SFT warm start then GiGPO, tiny model, embedded ALFWorld (pick and look),
+# CPU (about 9 min on 2 cores after the venv). Prints held-out success per task type after SFT and after
 # GiGPO with standard errors and the RL gain; writes runs/demo/.
 demo: $(VENV)/.installed-train
 	rm -rf runs/demo

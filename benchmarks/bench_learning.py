@@ -146,7 +146,8 @@ def read_run(folder: Path) -> dict:
                 hist[k.rsplit("/", 1)[1]] = hist.get(k.rsplit("/", 1)[1], 0.0) + v
     rows = sum(r["rollout/rows"] for r in rollouts)
     shared = sum(r["rollout/step_rows_in_shared_groups"] * r["rollout/rows"] for r in rollouts)
-    before, after = summary["evals"]["initial"], summary["evals"]["after RL"]
+    before = summary["evals"]["initial"]
+    after = summary["evals"].get("after RL", before)  # --iterations 0: the policy is the initial one
     return {
         "before": before["eval/success"], "after": after["eval/success"],
         "after_per_type": {k.split("/")[-1]: v for k, v in after.items() if k.startswith("eval/success/")},
@@ -189,7 +190,7 @@ def report(args) -> dict:
                                        "ci95": [mean - half, mean + half]}
         print(f"paired {a} - {b}: {100 * mean:+5.1f} points, 95% CI [{100 * (mean - half):+5.1f}, "
               f"{100 * (mean + half):+5.1f}] over {len(diffs)} seeds")
-    if "gigpo" in args.algos and seeds:
+    if "gigpo" in args.algos and any(runs[(s, "gigpo")]["rows"] for s in seeds):  # --iterations 0: no rollouts
         gig = [runs[(s, "gigpo")] for s in seeds]
         hist: dict[str, float] = {}
         for r in gig:
