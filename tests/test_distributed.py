@@ -175,6 +175,13 @@ def test_bad_process_counts_and_accelerate_configs_are_one_clear_error(tmp_path,
     args = parser.parse_args([*base, "--accelerate", "fsdp", "--num-processes", "4"])
     assert args.func(args) == 2
     assert "env.num_groups=2 cannot be split among 4 processes" in capsys.readouterr().err
+    real_find_spec = importlib.util.find_spec
+    with monkeypatch.context() as m:  # DeepSpeed not installed: one line before any process starts
+        m.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else real_find_spec(name, *a))
+        args = parser.parse_args([*base, "--accelerate", "deepspeed_zero3"])
+        assert args.func(args) == 2
+    assert '--accelerate deepspeed_zero3.yaml trains with DeepSpeed: pip install "gigpo-gym[deepspeed]"' in (
+        capsys.readouterr().err)
     monkeypatch.setenv("WORLD_SIZE", "1")
     with pytest.raises(ConfigError, match=r"model.generation: vllm needs .*use model.generation: hf"):
         if torch.cuda.is_available():
