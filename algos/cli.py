@@ -138,7 +138,9 @@ def launch(args: argparse.Namespace, cfg, overrides: list[str]) -> int:
                           "write one with `accelerate config` or use a shipped one")
     if str(settings["distributed_type"]).upper() == "DEEPSPEED" and importlib.util.find_spec("deepspeed") is None:
         # fail before any process starts, rather than in each of them after the process group is up
-        raise ConfigError(f'--accelerate {config.name} trains with DeepSpeed: pip install "gigpo-gym[deepspeed]"')
+        from gigpo_gym.registration import missing_extra_error  # the message each process would give
+
+        raise ConfigError(f"--accelerate {config.name}: {missing_extra_error('deepspeed', 'DeepSpeed ZeRO training')}")
     processes = args.num_processes or int(settings.get("num_processes", 1))
     if processes < 1:
         raise ConfigError(f"--num-processes must be >= 1, got {processes}")

@@ -26,17 +26,22 @@ import time
 
 import torch
 
+from gigpo_gym.algos.policies.tiny import TinySpec
+
+SPEC = TinySpec()  # hidden 128, 2 layers, vocabulary 8,192: configs/demo.yaml's model.tiny
 VARIANTS = ("sdpa", "eager", "compile", "bf16")
 
 
 def build(attention: str) -> torch.nn.Module:
+    """The tiny model's decoder at its default shape (the demo's), weights from its seed."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(vocab_size=8192, hidden_size=128, intermediate_size=384, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                         attn_implementation=attention)
+    config = Qwen2Config(vocab_size=SPEC.vocab_size, hidden_size=SPEC.hidden_size,
+                         intermediate_size=SPEC.intermediate_size, num_hidden_layers=SPEC.num_layers,
+                         num_attention_heads=SPEC.num_heads, num_key_value_heads=SPEC.num_kv_heads,
+                         tie_word_embeddings=True, attn_implementation=attention)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+        torch.manual_seed(SPEC.seed)
         return Qwen2ForCausalLM(config).get_decoder()
 
 
@@ -69,7 +74,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="timings per variant (the median is printed)")
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     args = p.parse_args()
-    ids = torch.randint(0, 8192, (args.rows, args.tokens), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(0, SPEC.vocab_size, (args.rows, args.tokens), generator=torch.Generator().manual_seed(0))
     weights = sum(w.numel() for n, w in build("sdpa").named_parameters() if "layers" in n and w.dim() == 2)
     matmul_flop = 3 * 2 * weights * args.rows * args.tokens  # forward + backward (x2)
     print(f"{args.rows} x {args.tokens} tokens, {torch.get_num_threads()} torch threads, "
