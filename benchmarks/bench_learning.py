@@ -15,8 +15,14 @@ those get no step-level signal).
     python benchmarks/bench_learning.py --report runs/bench_learning   # re-aggregate finished runs
 
 ``--jobs 2`` runs two trainings at once, one torch thread each (on a 2-core machine
-this beats one two-thread run after another).  A finished run (its summary.json
-exists) is not run again, so an interrupted benchmark resumes where it stopped.
+this beats one two-thread run after another).  A run that has finished its
+``--iterations`` is not run again; one that stopped earlier (interrupted, or finished
+with fewer iterations) resumes from its newest checkpoint, which gives the run one
+uninterrupted training would (every iteration's draws come from the seed and the
+iteration number; tests/test_trainer.py checks it).  So a benchmark is extended by
+asking for more iterations:
+
+    python benchmarks/bench_learning.py --seeds 0 1 2 3 4 --iterations 40 --jobs 2   # 10 more each
 """
 
 from __future__ import annotations
@@ -106,13 +112,26 @@ def train_one(args, seed: int, algo: str) -> None:
         # the tiny tokenizer is trained on the env's texts: other env kwargs, another vocabulary
         raise SystemExit(f"{path} was trained with another tokenizer than these settings build "
                          "(different env kwargs or model.tiny): train the warm start with the same --set values")
-    load_model(policy, path)
-    run_training(cfg, policy=policy, echo=lambda line: print(f"[{algo} seed {seed}] {line}", flush=True))
+    load_model(policy, path)  # a resumed run then loads its checkpoint over it
+    resume = "latest" if trained_iterations(Path(cfg.run_dir)) else None
+    run_training(cfg, policy=policy, resume=resume, echo=lambda line: print(f"[{algo} seed {seed}] {line}", flush=True))
+
+
+def trained_iterations(folder: Path) -> int:
+    """The iteration of the run's newest complete checkpoint (0: none; a run always saves its last)."""
+    from gigpo_gym.algos.training.checkpoint import list_checkpoints
+
+    found = list_checkpoints(folder / "checkpoints")
+    return int(found[-1].name.split("-")[1]) if found else 0
 
 
 def launch(args, seed: int, algo: str) -> None:
     folder = Path(args.run_root) / f"seed{seed}-{algo}"
-    if (folder / "summary.json").is_file():
+    done = trained_iterations(folder)
+    if done > args.iterations:
+        raise SystemExit(f"{folder} has trained {done} iterations, more than --iterations {args.iterations}: "
+                         "ask for at least that many or use another --run-root")
+    if done == args.iterations and (folder / "summary.json").is_file():
         return
     cmd = [sys.executable, __file__, "--one", str(seed), algo, *forwarded(args)]
     env = dict(os.environ)

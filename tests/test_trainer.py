@@ -58,6 +58,26 @@ def test_two_iterations_change_the_weights_and_resume_from_the_checkpoint(tmp_pa
         assert torch.equal(p, q), name
 
 
+def test_a_resumed_run_trains_exactly_as_one_uninterrupted_run(tmp_path):
+    """Stopping after iteration 2 and resuming to 3 gives the 3-iteration run's metrics and weights."""
+    def train(folder, iterations, resume=None):
+        cfg = load_config(None, [*SMALL, "sft.steps=2", "sft.episodes=2", "eval_every=1",
+                                 f"iterations={iterations}", f"run_dir={tmp_path / folder}"])
+        policy = build_policy(cfg)
+        run_training(cfg, policy=policy, resume=resume, echo=lambda *_: None)
+        records = [json.loads(line) for line in (tmp_path / folder / "metrics.jsonl").read_text().splitlines()]
+        timeless = [{k: v for k, v in r.items() if "seconds" not in k and "per_s" not in k} for r in records]
+        return timeless, dict(policy.named_parameters())
+
+    straight, weights = train("straight", 3)
+    train("stopped", 2)
+    resumed, resumed_weights = train("stopped", 3, resume="latest")
+    assert resumed[-1]["iteration"] == 3 and "eval/success" in resumed[-1]
+    assert resumed == straight
+    for name, p in weights.items():
+        assert torch.equal(p, resumed_weights[name]), name
+
+
 def test_corrupted_checkpoint_is_a_clear_error_and_the_previous_one_stays_intact(tmp_path):
     cfg = small_config(tmp_path, "optim.kl_coef=0")
     run_training(cfg, echo=lambda *_: None)
