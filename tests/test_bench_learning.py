@@ -6,6 +6,7 @@ import argparse
 import importlib.util
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -39,3 +40,33 @@ def test_report_of_evaluation_only_runs_gives_the_initial_success_and_no_step_gr
     assert table["per_type_after"] == {"look": pytest.approx(0.453515625), "pick": pytest.approx(0.253515625)}
     assert "gigpo_step_groups" not in result  # no rollouts: nothing to say about step groups
     assert "step groups" not in capsys.readouterr().out
+
+
+def write_checkpoint(folder: Path, iteration: int) -> None:
+    """A complete checkpoint as ``list_checkpoints`` sees one (its manifest written)."""
+    from gigpo_gym.algos.training.checkpoint import MANIFEST_FILE
+
+    checkpoint = folder / "checkpoints" / f"iter-{iteration:06d}"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / MANIFEST_FILE).write_text("{}")
+
+
+def test_launch_skips_a_finished_run_resumes_a_shorter_one_and_refuses_a_longer_one(tmp_path, monkeypatch, capsys):
+    bench = load_bench()
+    started = []
+    monkeypatch.setattr(bench.subprocess, "run", lambda cmd, **k: started.append(cmd) or SimpleNamespace(returncode=0))
+    folder = tmp_path / "seed0-gigpo"
+    write_checkpoint(folder, 30)
+    (folder / "summary.json").write_text("{}")
+    args = argparse.Namespace(run_root=str(tmp_path), iterations=30, jobs=1)
+    assert bench.trained_iterations(folder) == 30 and bench.trained_iterations(tmp_path / "none") == 0
+    bench.launch(args, 0, "gigpo")  # finished at 30: nothing runs
+    assert started == []
+    with pytest.raises(SystemExit, match=r"seed0-gigpo has trained 30 iterations, more than --iterations 20"):
+        bench.launch(argparse.Namespace(run_root=str(tmp_path), iterations=20, jobs=1), 0, "gigpo")
+    assert started == []
+    longer = argparse.Namespace(run_root=str(tmp_path), iterations=40, jobs=1, config="demo.yaml", eval_episodes=128,
+                                eval_every=5, warm_start_seed=0, warm_start_file=None, set=[])
+    bench.launch(longer, 0, "gigpo")  # stopped short of 40: its training runs (and resumes there)
+    assert len(started) == 1 and started[0][2:5] == ["--one", "0", "gigpo"] and "40" in started[0]
+    assert "finished seed 0 gigpo" in capsys.readouterr().out
