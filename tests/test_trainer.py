@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -61,11 +62,10 @@ def test_two_iterations_change_the_weights_and_resume_from_the_checkpoint(tmp_pa
 def test_a_resumed_run_trains_exactly_as_one_uninterrupted_run(tmp_path):
     """Stopping after iteration 2 and resuming to 3 gives the 3-iteration run's metrics and weights."""
     def train(folder, iterations, resume=None):
-        cfg = load_config(None, [*SMALL, "sft.steps=2", "sft.episodes=2", "eval_every=1",
-                                 f"iterations={iterations}", f"run_dir={tmp_path / folder}"])
+        cfg = small_config(tmp_path / folder, "sft.steps=2", "sft.episodes=2", "eval_every=1", f"iterations={iterations}")
         policy = build_policy(cfg)
         run_training(cfg, policy=policy, resume=resume, echo=lambda *_: None)
-        records = [json.loads(line) for line in (tmp_path / folder / "metrics.jsonl").read_text().splitlines()]
+        records = [json.loads(line) for line in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]
         timeless = [{k: v for k, v in r.items() if "seconds" not in k and "per_s" not in k} for r in records]
         return timeless, dict(policy.named_parameters())
 
