@@ -119,10 +119,10 @@ def train_one(args, seed: int, algo: str) -> None:
 
 def trained_iterations(folder: Path) -> int:
     """The iteration of the run's newest complete checkpoint (0: none; a run always saves its last)."""
-    from gigpo_gym.algos.training.checkpoint import list_checkpoints
+    from gigpo_gym.algos.training.checkpoint import checkpoint_iteration, list_checkpoints
 
     found = list_checkpoints(folder / "checkpoints")
-    return int(found[-1].name.split("-")[1]) if found else 0
+    return checkpoint_iteration(found[-1]) if found else 0
 
 
 def launch(args, seed: int, algo: str) -> None:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gigpo_gym.algos.policies.hf import HFPolicy
-from gigpo_gym.algos.policies.base import Generation, SamplingParams, TokenBatch, TrainablePolicy
+from gigpo_gym.algos.policies.base import ChoiceBatch, Generation, SamplingParams, TokenBatch, TrainablePolicy
 from gigpo_gym.algos.policies.reference import ExpertPolicy, RandomAdmissiblePolicy
 from gigpo_gym.algos.policies.tiny import TinySpec, build_tiny, train_tokenizer
 
@@ -185,6 +185,31 @@ def test_admissible_scores_match_one_sequence_at_a_time_scoring(tiny_path):
         expected = policy.log_probs(TokenBatch([prompt] * len(row), row)).log_probs
         for answer, want, logps in zip(row, expected, got):
             torch.testing.assert_close(torch.tensor(logps), want[: len(answer)], atol=1e-4, rtol=1e-4)
+
+
+def test_a_choice_is_scored_as_the_distribution_the_rollout_drew_it_from(tiny_path):
+    """``loss_over: choices`` trains exactly what was sampled: the recorded option log-probs, with gradients."""
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", choose_admissible=True)
+    contexts = [{"admissible_actions": ["go east", "go west", "wait"]}, {"admissible_actions": ["wait"]},
+                {"admissible_actions": ["go east go east", "go west", "wait now", "go east"]}]
+    gens = policy.generate([*PROMPTS, "room"], SamplingParams(seed=3), contexts)
+    batch = ChoiceBatch([g.prompt_ids for g in gens], [g.response_ids for g in gens],
+                        [g.options for g in gens], [g.choice for g in gens])
+    scores = policy.log_probs(batch, with_entropy=True)
+    options = scores.extras["option_log_probs"]
+    for i, g in enumerate(gens):
+        recorded = torch.tensor(g.option_log_probs, dtype=torch.float32)
+        assert g.response_ids == g.options[g.choice] and len(g.options) == len(contexts[i]["admissible_actions"])
+        torch.testing.assert_close(options[i, : len(g.options)], recorded, atol=1e-4, rtol=1e-4)
+        assert float(torch.logsumexp(recorded, 0)) == pytest.approx(0.0, abs=1e-5)  # mass off the options is ignored
+        assert float(scores.log_probs[i, 0]) == pytest.approx(g.option_log_probs[g.choice], abs=1e-4)
+        assert float(scores.entropy[i, 0]) == pytest.approx(float(-(recorded.exp() * recorded).sum()), abs=1e-4)
+    assert torch.isinf(options[1, 1:]).all()  # a row with one option: the rest is padding
+    (scores.log_probs.sum() - scores.entropy.sum()).backward()
+    grads = [p.grad for p in policy.parameters() if p.grad is not None]
+    assert grads and all(bool(torch.isfinite(g).all()) for g in grads)
+    with pytest.raises(ValueError, match="row 0: choice 3 is not one of its 3 options"):
+        ChoiceBatch(batch.prompt_ids[:1], batch.response_ids[:1], batch.options[:1], [3])
 
 
 def test_word_pieces_share_names_across_texts():

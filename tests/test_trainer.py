@@ -11,7 +11,7 @@ from helpers_fake import CORRIDOR_ID
 
 from gigpo_gym.algos.training import checkpoint as ckpt
 from gigpo_gym.algos.training.config import ConfigError, load_config
-from gigpo_gym.algos.training.loss import LossWeights, k3_kl, policy_loss
+from gigpo_gym.algos.training.loss import LossWeights, choice_kl, k3_kl, policy_loss
 from gigpo_gym.algos.training.trainer import build_policy, run_training
 
 SMALL = [
@@ -83,6 +83,9 @@ def test_corrupted_checkpoint_is_a_clear_error_and_the_previous_one_stays_intact
     run_training(cfg, echo=lambda *_: None)
     root = tmp_path / "run" / "checkpoints"
     latest = ckpt.latest_checkpoint(root)
+    assert latest == ckpt.checkpoint_folder(root, 2) and ckpt.checkpoint_iteration(latest) == 2
+    with pytest.raises(ckpt.CheckpointError, match="not a checkpoint folder"):
+        ckpt.checkpoint_iteration(root)
     weights = latest / ckpt.POLICY_FILE
     weights.write_bytes(weights.read_bytes()[:-64] + b"\0" * 64)
     policy = build_policy(cfg)
@@ -119,6 +122,43 @@ def test_surrogate_clips_and_kl_is_the_k3_estimator():
     assert float(k3_kl(old, old).abs().sum()) == 0.0
     lp, ref = torch.tensor([-1.0]), torch.tensor([-2.0])
     assert float(k3_kl(lp, ref)) == pytest.approx(float(torch.exp(ref - lp) - (ref - lp) - 1))
+
+
+def test_choice_kl_is_the_exact_kl_over_each_row_s_options():
+    logits = torch.tensor([[0.0, 1.0, 2.0], [0.5, -0.5, float("-inf")]], requires_grad=True)
+    logp = torch.log_softmax(logits, dim=-1)
+    half = float(torch.log(torch.tensor(0.5)))
+    ref = torch.tensor([[-1.0, -1.5, -1.0], [half, half, 0.0]])  # what a row's padding holds does not matter
+    kl = choice_kl(logp, ref)
+    p = logp.detach().exp()
+    want = [float((p[0] * (logp[0] - ref[0])).sum()), float((p[1, :2] * (logp[1, :2] - half)).sum())]
+    assert tuple(kl.shape) == (2, 1) and kl[:, 0].tolist() == pytest.approx(want, abs=1e-6)
+    kl.sum().backward()
+    assert bool(torch.isfinite(logits.grad[:, :2]).all())
+    assert float(choice_kl(ref[:1], ref[:1])) == 0.0
+
+
+def test_choices_loss_trains_the_choice_among_admissible_actions(tmp_path, monkeypatch):
+    from gigpo_gym.algos.policies.hf import HFPolicy
+
+    cfg = small_config(tmp_path, "model.choose_admissible=true", "optim.loss_over=choices")
+    policy = build_policy(cfg)
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    scored, forward = [], HFPolicy.forward
+    monkeypatch.setattr(HFPolicy, "forward", lambda self, batch, **kw: scored.append(type(batch).__name__) or forward(self, batch, **kw))
+    run_training(cfg, policy=policy, echo=lambda *_: None)
+    assert all(not torch.equal(p, before[n]) for n, p in policy.named_parameters())
+    assert scored and set(scored) == {"ChoiceBatch"}  # the reference's scores and the update's, all over choices
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in records if "train/pg_loss" in r]
+    assert len(trained) == 2
+    for r in trained:  # entropy and KL of the choice among the corridor's three actions
+        assert 0.0 <= r["train/entropy"] <= float(torch.log(torch.tensor(3.0))) + 1e-6
+        assert r["train/kl_ref"] >= 0.0 and r["train/rows_used"] > 0
+    with pytest.raises(ConfigError, match="needs model.choose_admissible: true"):
+        small_config(tmp_path, "optim.loss_over=choices")
+    with pytest.raises(ConfigError, match="optim.loss_over must be 'tokens' or 'choices', got 'words'"):
+        small_config(tmp_path, "optim.loss_over=words")
 
 
 def test_shipped_configs_load_and_the_cli_names_bad_keys(tmp_path, capsys):

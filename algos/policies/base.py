@@ -54,6 +54,11 @@ class Generation:
     log_probs: list[float]
     #: True if the response ended on eos or a stop string, False if cut at max_new_tokens.
     finished: bool = True
+    #: A response chosen among candidate answers (``choose_admissible``): every candidate's
+    #: token ids, the log-probability of each under the draw, and the index drawn.
+    options: list[list[int]] | None = None
+    option_log_probs: list[float] | None = None
+    choice: int = -1
 
 
 @dataclass
@@ -76,6 +81,32 @@ class TokenBatch:
     @classmethod
     def from_generations(cls, gens: Sequence[Generation]) -> "TokenBatch":
         return cls([list(g.prompt_ids) for g in gens], [list(g.response_ids) for g in gens])
+
+
+@dataclass
+class ChoiceBatch(TokenBatch):
+    """Rows whose response was chosen among candidate answers, for scoring the choice itself.
+
+    A policy scores such a batch as the distribution it draws from: softmax over the
+    candidates' summed token log-probs, so probability moved off the candidates (onto
+    answers the policy can never give) does not count.
+    """
+
+    #: Each row's candidate answers (token ids); ``response_ids[i] == options[i][choices[i]]``.
+    options: list[list[list[int]]] = field(default_factory=list)
+    choices: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not len(self.options) == len(self.choices) == len(self.prompt_ids):
+            raise ValueError(f"{len(self.prompt_ids)} prompts, {len(self.options)} option lists, {len(self.choices)} choices")
+        for i, (opts, c) in enumerate(zip(self.options, self.choices)):
+            if not 0 <= c < len(opts):
+                raise ValueError(f"row {i}: choice {c} is not one of its {len(opts)} options")
+
+    def select(self, index: Sequence[int]) -> "ChoiceBatch":
+        return ChoiceBatch([self.prompt_ids[i] for i in index], [self.response_ids[i] for i in index],
+                           [self.options[i] for i in index], [self.choices[i] for i in index])
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from gigpo_gym.algos.policies.base import Generation, SamplingParams, TokenBatch, TokenScores
+from gigpo_gym.algos.policies.base import ChoiceBatch, Generation, SamplingParams, TokenBatch, TokenScores
 from gigpo_gym.registration import missing_extra_error
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -267,10 +267,12 @@ class HFPolicy(nn.Module):
             if sampling.temperature == 0:
                 pick = int(totals.argmax())
             else:
-                probs = torch.softmax(totals / sampling.temperature, dim=0).float().to(self.device)
+                totals = totals / sampling.temperature
+                probs = torch.softmax(totals, dim=0).float().to(self.device)
                 pick = int(torch.multinomial(probs, 1, generator=gen))
             cmd = cmds[pick]
-            out.append(Generation(f"<action>{cmd}</action>", list(prompt_ids[i]), list(encoded[cmd]), logps[pick], True))
+            out.append(Generation(f"<action>{cmd}</action>", list(prompt_ids[i]), list(encoded[cmd]), logps[pick], True,
+                                  [encoded[c] for c in cmds], torch.log_softmax(totals, dim=0).tolist(), pick))
         return out
 
     @torch.no_grad()
@@ -397,6 +399,8 @@ class HFPolicy(nn.Module):
     def forward(self, batch: TokenBatch, *, with_entropy: bool = False, with_values: bool = False) -> TokenScores:
         """Differentiable log-probs (and entropy, values) of the response tokens only.
 
+        A ``ChoiceBatch`` is scored as a choice among its options instead (``_choice_scores``).
+
         Everything the loss needs comes out of this one call, so a wrapper around the
         module (DDP, FSDP, DeepSpeed through accelerate) sees every parameter use.  The
         decoder runs once over prompt + response (right-padded: with causal attention a
@@ -405,6 +409,8 @@ class HFPolicy(nn.Module):
         """
         if len(batch) == 0:
             raise ValueError("empty batch")
+        if isinstance(batch, ChoiceBatch):
+            return self._choice_scores(batch, with_entropy, with_values)
         prompt_lens = torch.tensor([len(p) for p in batch.prompt_ids])
         resp_lens = torch.tensor([len(r) for r in batch.response_ids])
         if int(prompt_lens.min()) < 1:
@@ -433,6 +439,64 @@ class HFPolicy(nn.Module):
         if with_values:
             extras["values"] = self._value_at(hidden, (prompt_lens - 1).to(self.device))
         return TokenScores(out_logp, mask.float().to(self.device), out_entropy, extras)
+
+    def _choice_scores(self, batch: ChoiceBatch, with_entropy: bool, with_values: bool) -> TokenScores:
+        """Differentiable log-prob of each row's choice among its options, in one decoder pass.
+
+        A row is its prompt followed by the prefix tree of its options (as in
+        ``_score_answers``, here with gradients): prompt tokens attend causally, a tree
+        node attends to the prompt and its own ancestors, so each option is scored as if
+        it followed the prompt alone.  ``log_probs`` and ``entropy`` are ``[rows, 1]``
+        (the choice's log-prob and the entropy of the distribution over options);
+        ``extras["option_log_probs"]`` is ``[rows, max_options]``, -inf past a row's options.
+        """
+        trees = [_PrefixTree(opts) for opts in batch.options]
+        lengths = [len(p) for p in batch.prompt_ids]
+        rows = len(batch)
+        width = max(n + len(t.tokens) for n, t in zip(lengths, trees))
+        ids = torch.full((rows, width), self.tokenizer.pad_token_id, dtype=torch.long)
+        positions = torch.zeros((rows, width), dtype=torch.long)
+        allowed = torch.eye(width, dtype=torch.bool).repeat(rows, 1, 1)  # padding sees itself: no empty softmax
+        at, targets, option_of = [], [], []  # hidden position predicting each option token, the token, its option
+        most = max(len(opts) for opts in batch.options)
+        for r, (prompt, tree, opts) in enumerate(zip(batch.prompt_ids, trees, batch.options)):
+            n, m = lengths[r], len(tree.tokens)
+            ids[r, :n] = torch.tensor(prompt)
+            positions[r, :n] = torch.arange(n)
+            allowed[r, :n, :n] = torch.ones((n, n), dtype=torch.bool).tril()
+            if m:
+                ids[r, n : n + m] = torch.tensor(tree.tokens)
+                positions[r, n : n + m] = n + torch.tensor(tree.depths)
+                allowed[r, n : n + m, :n] = True
+                allowed[r, n : n + m, n : n + m] = tree.ancestry()
+            later = iter(tree.predictions)
+            for k, answer in enumerate(opts):
+                at.append(r * width + n - 1)
+                targets.append(answer[0])
+                option_of.append(r * most + k)
+                for _ in answer[1:]:
+                    node, token = next(later)
+                    at.append(r * width + n + node)
+                    targets.append(token)
+                    option_of.append(r * most + k)
+        bias = torch.zeros(allowed.shape, dtype=self.model.dtype).masked_fill_(~allowed, torch.finfo(self.model.dtype).min)
+        with self.autocast():
+            hidden = self.model.get_decoder()(input_ids=ids.to(self.device), attention_mask=bias[:, None].to(self.device),
+                                              position_ids=positions.to(self.device)).last_hidden_state
+        token_logp, _ = self._score_positions(hidden.reshape(rows * width, -1)[torch.tensor(at, device=self.device)],
+                                              torch.tensor(targets, device=self.device), False)
+        totals = torch.zeros(rows * most, dtype=torch.float32, device=self.device)
+        totals = totals.index_add(0, torch.tensor(option_of, device=self.device), token_logp).view(rows, most)
+        valid = (torch.arange(most)[None, :] < torch.tensor([len(o) for o in batch.options])[:, None]).to(self.device)
+        option_logp = torch.log_softmax(totals.masked_fill(~valid, float("-inf")), dim=-1)
+        chosen = option_logp.gather(1, torch.tensor(batch.choices, device=self.device)[:, None])
+        entropy = None
+        if with_entropy:
+            entropy = -(option_logp.exp() * option_logp.masked_fill(~valid, 0.0)).sum(-1, keepdim=True)
+        extras = {"option_log_probs": option_logp}
+        if with_values:
+            extras["values"] = self._value_at(hidden, torch.tensor(lengths, device=self.device) - 1)
+        return TokenScores(chosen, torch.ones_like(chosen), entropy, extras)
 
     def log_probs(self, batch: TokenBatch, *, with_entropy: bool = False, with_values: bool = False) -> TokenScores:
         """``forward`` under its protocol name (``TrainablePolicy.log_probs``)."""

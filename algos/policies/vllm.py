@@ -143,10 +143,12 @@ class VLLMPolicy:
             if sampling.temperature == 0:
                 pick = int(totals.argmax())
             else:
+                totals = totals / sampling.temperature
                 gen = torch.Generator().manual_seed(int(seeds[r] if seeds[r] is not None else derive_seed(r)))
-                pick = int(torch.multinomial(torch.softmax(totals / sampling.temperature, dim=0), 1, generator=gen))
+                pick = int(torch.multinomial(torch.softmax(totals, dim=0), 1, generator=gen))
             cmd = cmds[pick]
-            out.append(Generation(f"<action>{cmd}</action>", list(prompt_ids[r]), list(encoded[cmd]), logps[(r, cmd)], True))
+            out.append(Generation(f"<action>{cmd}</action>", list(prompt_ids[r]), list(encoded[cmd]), logps[(r, cmd)], True,
+                                  [encoded[c] for c in cmds], torch.log_softmax(totals, dim=0).tolist(), pick))
         return out
 
     # -- weights ---------------------------------------------------------------------------

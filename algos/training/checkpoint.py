@@ -90,7 +90,7 @@ def save_checkpoint(
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     clean_interrupted(root)
-    target = root / f"iter-{iteration:06d}"
+    target = checkpoint_folder(root, iteration)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=root))
     old = None
     try:
@@ -113,6 +113,19 @@ def save_checkpoint(
         if stale != target:
             _discard(stale, root)
     return target
+
+
+def checkpoint_folder(root: str | Path, iteration: int) -> Path:
+    """Where checkpoint ``iteration`` lives under ``root``."""
+    return Path(root) / f"iter-{iteration:06d}"
+
+
+def checkpoint_iteration(folder: str | Path) -> int:
+    """The iteration a checkpoint folder holds, read from its name."""
+    name = Path(folder).name
+    if not _NAME.fullmatch(name):
+        raise CheckpointError(f"{folder} is not a checkpoint folder (iter-NNNNNN)")
+    return int(name.removeprefix("iter-"))
 
 
 def list_checkpoints(root: str | Path) -> list[Path]:

@@ -163,6 +163,9 @@ class OptimConfig:
     """Entropy bonus."""
     value_coef: float = 0.5
     """Critic loss weight (algorithms that need a critic)."""
+    loss_over: str = "tokens"
+    """What the ratio, KL and entropy are over: "tokens" (each response token) or "choices" (the policy's
+    distribution over the admissible actions it draws from; needs model.choose_admissible)."""
 
 
 @dataclass
@@ -244,6 +247,11 @@ class TrainConfig:
             raise ConfigError(f"collective_timeout_s must be > 0, got {self.collective_timeout_s}")
         if e.reward_source not in ("won", "env"):
             raise ConfigError(f"env.reward_source must be 'won' or 'env', got {e.reward_source!r}")
+        if o.loss_over not in ("tokens", "choices"):
+            raise ConfigError(f"optim.loss_over must be 'tokens' or 'choices', got {o.loss_over!r}")
+        if o.loss_over == "choices" and not self.model.choose_admissible:
+            raise ConfigError("optim.loss_over: choices trains the choice among admissible actions; "
+                              "it needs model.choose_admissible: true")
 
 
 # -- loading ----------------------------------------------------------------------------

@@ -6,7 +6,8 @@ summed with gradient accumulation give exactly the mini-batch loss.
 
 - surrogate: ``max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high))``, ``r = exp(logp - old)``;
 - KL to the reference policy, the low-variance "k3" estimator
-  ``exp(ref - logp) - (ref - logp) - 1`` (>= 0, unbiased for KL(pi || ref));
+  ``exp(ref - logp) - (ref - logp) - 1`` (>= 0, unbiased for KL(pi || ref)), or, over
+  a choice among a few options (``optim.loss_over: choices``), the exact KL (``choice_kl``);
 - entropy bonus: ``- entropy_coef * H``;
 - critic (PPO): ``value_coef * 0.5 (V - target)^2``, mean over rows.
 """
@@ -33,6 +34,18 @@ def k3_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
     return delta.exp() - delta - 1.0
 
 
+def choice_kl(option_log_probs: torch.Tensor, ref_option_log_probs: torch.Tensor) -> torch.Tensor:
+    """Exact KL(pi || ref) of each row's distribution over its options, as ``[rows, 1]``.
+
+    Both are ``[rows, options]`` log-probs; a row's options past its own count are -inf
+    in ``option_log_probs`` and ignored (whatever ``ref_option_log_probs`` holds there).
+    """
+    valid = torch.isfinite(option_log_probs)
+    logp = option_log_probs.masked_fill(~valid, 0.0)  # no inf anywhere, so no NaN in the backward pass
+    ref = ref_option_log_probs.to(logp.dtype).masked_fill(~valid, 0.0)
+    return (logp.exp() * (logp - ref)).masked_fill(~valid, 0.0).sum(-1, keepdim=True)
+
+
 def policy_loss(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
@@ -42,9 +55,13 @@ def policy_loss(
     weights: LossWeights,
     *,
     ref_log_probs: torch.Tensor | None = None,
+    kl: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Loss of one micro-batch (``[rows, tokens]`` tensors, ``advantages`` per row) and its stats."""
+    """Loss of one micro-batch (``[rows, tokens]`` tensors, ``advantages`` per row) and its stats.
+
+    The KL term is ``kl`` where the caller knows it exactly, else k3 from ``ref_log_probs``.
+    """
     adv = advantages[:, None].to(log_probs.dtype)
     log_ratio = (log_probs - old_log_probs) * mask
     ratio = log_ratio.exp()
@@ -57,8 +74,10 @@ def policy_loss(
         "clip_fraction": float(((clipped > unclipped).float() * mask).sum() / token_count),
         "approx_kl_old": float((0.5 * log_ratio.detach() ** 2 * mask).sum() / token_count),
     }
-    if ref_log_probs is not None and weights.kl_coef:
-        kl = (k3_kl(log_probs, ref_log_probs) * mask).sum() / token_count
+    if kl is None and ref_log_probs is not None:
+        kl = k3_kl(log_probs, ref_log_probs)
+    if kl is not None and weights.kl_coef:
+        kl = (kl * mask).sum() / token_count
         loss = loss + weights.kl_coef * kl
         stats["kl_ref"] = float(kl.detach())
     if entropy is not None:

@@ -17,7 +17,7 @@ from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
-from gigpo_gym.algos.policies.base import Generation, SamplingParams, TokenBatch
+from gigpo_gym.algos.policies.base import ChoiceBatch, Generation, SamplingParams, TokenBatch
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,9 @@ class Rollout:
     ROW_COLUMNS: ClassVar[tuple[str, ...]] = (
         "group_ids", "traj_ids", "step_ids", "rewards", "penalties", "anchors", "anchor_texts", "action_valid",
     )  # fmt: skip
-    TOKEN_COLUMNS: ClassVar[tuple[str, ...]] = ("prompt_ids", "response_ids", "old_log_probs")
+    TOKEN_COLUMNS: ClassVar[tuple[str, ...]] = (
+        "prompt_ids", "response_ids", "old_log_probs", "options", "option_log_probs", "choices",
+    )  # fmt: skip
 
     group_ids: list[int] = field(default_factory=list)
     traj_ids: list[int] = field(default_factory=list)
@@ -79,6 +81,10 @@ class Rollout:
     prompt_ids: list[list[int]] = field(default_factory=list)
     response_ids: list[list[int]] = field(default_factory=list)
     old_log_probs: list[list[float]] = field(default_factory=list)
+    #: Policies that choose among candidate answers: each row's candidates, their log-probs, the index chosen.
+    options: list[list[list[int]]] = field(default_factory=list)
+    option_log_probs: list[list[float]] = field(default_factory=list)
+    choices: list[int] = field(default_factory=list)
     episodes: list[Episode] = field(default_factory=list)
     generated_tokens: int = 0
     generate_seconds: float = 0.0
@@ -90,6 +96,13 @@ class Rollout:
     @property
     def tokens(self) -> TokenBatch:
         return TokenBatch(self.prompt_ids, self.response_ids)
+
+    @property
+    def choice_batch(self) -> ChoiceBatch:
+        """The rows as choices among their candidate answers (rollouts of a ``choose_admissible`` policy)."""
+        if any(not options for options in self.options) or len(self.options) != len(self):
+            raise ValueError("these rows carry no candidate answers: the policy did not choose among admissible actions")
+        return ChoiceBatch(self.prompt_ids, self.response_ids, self.options, self.choices)
 
     def to_step_batch(self):
         """The rows as the advantage estimators' ``StepBatch`` (token data in ``extras``).
@@ -115,7 +128,7 @@ class Rollout:
         """The same rows without their token ids and log-probs (what other processes need to see)."""
         import dataclasses
 
-        return dataclasses.replace(self, prompt_ids=[], response_ids=[], old_log_probs=[])
+        return dataclasses.replace(self, **{name: [] for name in self.TOKEN_COLUMNS})
 
     @classmethod
     def merge(cls, parts: Sequence["Rollout"]) -> tuple["Rollout", np.ndarray]:
@@ -228,6 +241,9 @@ def collect(
             out.prompt_ids.append(list(g.prompt_ids))
             out.response_ids.append(list(g.response_ids))
             out.old_log_probs.append(list(g.log_probs))
+            out.options.append(g.options or [])
+            out.option_log_probs.append(g.option_log_probs or [])
+            out.choices.append(g.choice)
             out.generated_tokens += len(g.response_ids)
             ep.length += 1
             ep.reward += reward

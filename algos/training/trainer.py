@@ -31,9 +31,9 @@ import torch
 from gigpo_gym.algos.training import checkpoint as ckpt
 from gigpo_gym.algos.training import distributed
 from gigpo_gym.algos.training.config import ConfigError, TrainConfig, config_to_dict, save_config
-from gigpo_gym.algos.training.loss import LossWeights, policy_loss, value_loss
+from gigpo_gym.algos.training.loss import LossWeights, choice_kl, policy_loss, value_loss
 from gigpo_gym.algos.training.metrics import append_jsonl, keep_iterations, plot_curve, read_jsonl, rollout_metrics
-from gigpo_gym.algos.policies.base import SamplingParams, TokenBatch
+from gigpo_gym.algos.policies.base import ChoiceBatch, SamplingParams, TokenBatch
 from gigpo_gym.algos.training.rollout import RewardShaping, Rollout, collect, llm_wrapper
 from gigpo_gym.core.anchor import digest
 from gigpo_gym.core.data import write_atomically
@@ -273,7 +273,10 @@ class Trainer:
             for start in range(0, len(tokens), mb):
                 part = tokens.select(range(start, min(start + mb, len(tokens))))
                 s = policy.log_probs(part)
-                out.extend(lp[: len(r)].tolist() for lp, r in zip(s.log_probs, part.response_ids))
+                if isinstance(part, ChoiceBatch):  # the whole distribution over each row's options
+                    out.extend(lp[: len(o)].tolist() for lp, o in zip(s.extras["option_log_probs"], part.options))
+                else:
+                    out.extend(lp[: len(r)].tolist() for lp, r in zip(s.log_probs, part.response_ids))
         return out
 
     def gather(self, rollout: Rollout) -> "WholeRollout":
@@ -313,8 +316,9 @@ class Trainer:
         whole = whole if whole is not None else self.gather(rollout)
         p = self.parallel
         batch = whole.rollout.to_step_batch()
-        tokens = rollout.tokens
         o = self.cfg.optim
+        by_choice = o.loss_over == "choices"
+        tokens = rollout.choice_batch if by_choice else rollout.tokens
         if self.algo.needs_critic:
             batch.values = whole.values
         advantages = np.asarray(self.algo.advantages(batch), dtype=np.float64)
@@ -323,7 +327,11 @@ class Trainer:
         t_score = time.perf_counter()
         s = self.cfg.sampling
         exact = s.temperature == 1.0 and s.top_p == 1.0 and self.actor is self.scorer
-        old = rollout.old_log_probs if exact else self._score(self.scorer, tokens)
+        if by_choice:  # one "token" per row: the chosen option's log-prob among the row's options
+            options = rollout.option_log_probs if exact else self._score(self.scorer, tokens)
+            old = [[lp[c]] for lp, c in zip(options, tokens.choices)]
+        else:
+            old = rollout.old_log_probs if exact else self._score(self.scorer, tokens)
         ref = None
         if self.weights.kl_coef:
             if self.cfg.model.lora is not None:
@@ -346,7 +354,7 @@ class Trainer:
             for start in range(0, len(order), o.mini_batch_size):
                 mini = order[start : start + o.mini_batch_size]
                 mini = mini[np.argsort(total[mini], kind="stable")]
-                token_count = float(whole.response_lengths[mini].sum())
+                token_count = float(len(mini) if by_choice else whole.response_lengths[mini].sum())
                 mine = mini[whole.owner[mini] == p.rank]  # this process's rows of the mini-batch, in order
                 calls = int(-(-np.bincount(whole.owner[mini], minlength=p.world).max() // mb))
                 self.optimizer.zero_grad(set_to_none=True)
@@ -359,11 +367,16 @@ class Trainer:
                     part = tokens.select(idx)
                     scores = self.engine(part, with_entropy=self.weights.entropy_coef > 0, with_values=targets is not None)
                     width = scores.log_probs.shape[1]
+                    ref_rows, kl = None, None
+                    if ref is not None and by_choice:  # exact KL over the options, not an estimate at the choice
+                        option_logp = scores.extras["option_log_probs"]
+                        kl = choice_kl(option_logp, _pad([ref[i] for i in idx], option_logp.shape[1], self.device))
+                    elif ref is not None:
+                        ref_rows = _pad([ref[i] for i in idx], width, self.device)
                     loss, st = policy_loss(
                         scores.log_probs, _pad([old[i] for i in idx], width, self.device),
                         torch.tensor(advantages[rows_idx], device=self.device), scores.mask, token_count, self.weights,
-                        ref_log_probs=_pad([ref[i] for i in idx], width, self.device) if ref is not None else None,
-                        entropy=scores.entropy,
+                        ref_log_probs=ref_rows, kl=kl, entropy=scores.entropy,
                     )
                     if targets is not None:
                         vt = torch.tensor(targets[rows_idx], device=self.device, dtype=torch.float32)
@@ -418,7 +431,7 @@ class Trainer:
         if self.parallel.is_main:  # the scorer holds the full trained weights (the policy, or the inference copy)
             ckpt.save_checkpoint(root, iteration, self.scorer, optimizer, state, keep=self.cfg.keep_checkpoints)
         self.parallel.barrier()
-        return root / f"iter-{iteration:06d}"
+        return ckpt.checkpoint_folder(root, iteration)
 
     def resume(self, where: str | Path = "latest", echo=print) -> int:
         """Load a checkpoint ('latest': this run's newest complete one, or a folder); returns its iteration.
