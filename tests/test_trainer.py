@@ -12,7 +12,7 @@ from helpers_fake import CORRIDOR_ID
 from gigpo_gym.algos.training import checkpoint as ckpt
 from gigpo_gym.algos.training.config import ConfigError, load_config
 from gigpo_gym.algos.training.loss import LossWeights, choice_kl, k3_kl, policy_loss
-from gigpo_gym.algos.training.trainer import build_policy, run_training
+from gigpo_gym.algos.training.trainer import build_policy, learning_rate, run_training
 
 SMALL = [
     f"env.id={CORRIDOR_ID}", "env.num_groups=2", "env.group_size=2", "env.eval_episodes=2", "env.history_length=1",
@@ -122,6 +122,24 @@ def test_surrogate_clips_and_kl_is_the_k3_estimator():
     assert float(k3_kl(old, old).abs().sum()) == 0.0
     lp, ref = torch.tensor([-1.0]), torch.tensor([-2.0])
     assert float(k3_kl(lp, ref)) == pytest.approx(float(torch.exp(ref - lp) - (ref - lp) - 1))
+
+
+def test_learning_rate_warms_up_then_decays_over_the_run_s_iterations(tmp_path):
+    def rates(schedule, warmup, iterations):
+        o = load_config(None, ["optim.lr=1.0", f"optim.lr_schedule={schedule}", f"optim.warmup_iterations={warmup}"]).optim
+        return [learning_rate(o, i, iterations) for i in range(1, iterations + 1)]
+
+    assert rates("constant", 0, 3) == [1.0, 1.0, 1.0]
+    assert rates("linear", 2, 6) == pytest.approx([0.5, 1.0, 1.0, 0.75, 0.5, 0.25])
+    assert rates("cosine", 0, 4) == pytest.approx([1.0, 0.5 + 0.5 ** 1.5, 0.5, 0.5 - 0.5 ** 1.5])
+    cfg = small_config(tmp_path, "optim.lr_schedule=linear", "optim.lr=1e-3")
+    run_training(cfg, echo=lambda *_: None)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["train/lr"] for r in records if "train/lr" in r] == pytest.approx([1e-3, 5e-4])
+    with pytest.raises(ConfigError, match=r"optim.lr_schedule must be one of \['constant', 'linear', 'cosine'\]"):
+        small_config(tmp_path, "optim.lr_schedule=step")
+    with pytest.raises(ConfigError, match="optim.warmup_iterations must be >= 0"):
+        small_config(tmp_path, "optim.warmup_iterations=-1")
 
 
 def test_choice_kl_is_the_exact_kl_over_each_row_s_options():

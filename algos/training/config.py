@@ -17,6 +17,7 @@ from typing import Any
 
 
 DTYPES = ("float32", "bfloat16", "float16")
+LR_SCHEDULES = ("constant", "linear", "cosine")
 
 
 class ConfigError(ValueError):
@@ -142,7 +143,11 @@ class AlgoConfig:
 @dataclass
 class OptimConfig:
     lr: float = 1e-6
-    """AdamW learning rate."""
+    """AdamW learning rate (the peak, under a schedule)."""
+    lr_schedule: str = "constant"
+    """Learning rate over the run's iterations: "constant", or after any warm-up "linear" or "cosine" decay towards 0."""
+    warmup_iterations: int = 0
+    """Iterations over which the learning rate rises linearly to ``lr`` first."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     epochs: int = 1
@@ -247,6 +252,10 @@ class TrainConfig:
             raise ConfigError(f"collective_timeout_s must be > 0, got {self.collective_timeout_s}")
         if e.reward_source not in ("won", "env"):
             raise ConfigError(f"env.reward_source must be 'won' or 'env', got {e.reward_source!r}")
+        if o.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(f"optim.lr_schedule must be one of {list(LR_SCHEDULES)}, got {o.lr_schedule!r}")
+        if o.warmup_iterations < 0:
+            raise ConfigError(f"optim.warmup_iterations must be >= 0, got {o.warmup_iterations}")
         if o.loss_over not in ("tokens", "choices"):
             raise ConfigError(f"optim.loss_over must be 'tokens' or 'choices', got {o.loss_over!r}")
         if o.loss_over == "choices" and not self.model.choose_admissible:

@@ -91,6 +91,23 @@ def _wrapper(cfg: TrainConfig):
     return llm_wrapper(**prompt_settings(cfg))
 
 
+def learning_rate(optim: Any, iteration: int, iterations: int) -> float:
+    """The learning rate of RL iteration ``iteration`` (1-based) of ``iterations``.
+
+    A pure function of the iteration, so a resumed run needs no scheduler state.  After
+    ``warmup_iterations`` of linear rise, "linear" and "cosine" decay from ``lr`` at the
+    first iteration after warm-up towards 0 past the last.
+    """
+    if iteration <= optim.warmup_iterations:
+        return optim.lr * iteration / optim.warmup_iterations
+    if optim.lr_schedule == "constant":
+        return optim.lr
+    done = (iteration - optim.warmup_iterations - 1) / max(iterations - optim.warmup_iterations, 1)
+    if optim.lr_schedule == "linear":
+        return optim.lr * (1.0 - done)
+    return optim.lr * 0.5 * (1.0 + math.cos(math.pi * done))
+
+
 def _pad(rows: list[list[float]], width: int, device: torch.device) -> torch.Tensor:
     out = torch.zeros((len(rows), width), dtype=torch.float32)
     for i, r in enumerate(rows):
@@ -340,6 +357,8 @@ class Trainer:
                 ref = self._score(self.reference, tokens)
         score_seconds = time.perf_counter() - t_score
         t_update = time.perf_counter()
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate(o, iteration, self.cfg.iterations)
         summed = ["pg_loss", "clip_fraction", "approx_kl_old"] + (["kl_ref"] if ref is not None else []) + (
             ["entropy"] if self.weights.entropy_coef > 0 else []) + (["value_loss"] if targets is not None else [])
         stats: dict[str, list[float]] = {k: [] for k in summed}
@@ -399,6 +418,7 @@ class Trainer:
             m["train/grad_norm"] = float(np.mean(norms))
         m.update({k.replace("adv/", "train/adv_"): v for k, v in self.algo.diagnostics(batch).items()})
         m["train/rows_used"] = float(len(rows))
+        m["train/lr"] = float(self.optimizer.param_groups[0]["lr"])
         m["train/advantage_mean"] = float(advantages[keep].mean()) if keep.any() else 0.0
         m["train/advantage_std"] = float(advantages[keep].std()) if keep.any() else 0.0
         m["train/zero_advantage_share"] = float(np.mean(np.abs(advantages[keep]) < 1e-9)) if keep.any() else 1.0
