@@ -173,6 +173,11 @@ def test_choices_loss_trains_the_choice_among_admissible_actions(tmp_path, monke
     for r in trained:  # entropy and KL of the choice among the corridor's three actions
         assert 0.0 <= r["train/entropy"] <= float(torch.log(torch.tensor(3.0))) + 1e-6
         assert r["train/kl_ref"] >= 0.0 and r["train/rows_used"] > 0
+    from gigpo_gym.algos.training.rollout import Rollout
+
+    free_text = Rollout(rewards=[0.0], prompt_ids=[[1]], response_ids=[[2]], options=[[]], choices=[-1])
+    with pytest.raises(ValueError, match="carry no candidate answers"):
+        free_text.choice_batch
     with pytest.raises(ConfigError, match="needs model.choose_admissible: true"):
         small_config(tmp_path, "optim.loss_over=choices")
     with pytest.raises(ConfigError, match="optim.loss_over must be 'tokens' or 'choices', got 'words'"):

@@ -30,7 +30,7 @@ import torch
 
 from gigpo_gym.algos.training import checkpoint as ckpt
 from gigpo_gym.algos.training import distributed
-from gigpo_gym.algos.training.config import ConfigError, TrainConfig, config_to_dict, save_config
+from gigpo_gym.algos.training.config import ConfigError, OptimConfig, TrainConfig, config_to_dict, save_config
 from gigpo_gym.algos.training.loss import LossWeights, choice_kl, policy_loss, value_loss
 from gigpo_gym.algos.training.metrics import append_jsonl, keep_iterations, plot_curve, read_jsonl, rollout_metrics
 from gigpo_gym.algos.policies.base import ChoiceBatch, SamplingParams, TokenBatch
@@ -91,7 +91,7 @@ def _wrapper(cfg: TrainConfig):
     return llm_wrapper(**prompt_settings(cfg))
 
 
-def learning_rate(optim: Any, iteration: int, iterations: int) -> float:
+def learning_rate(optim: OptimConfig, iteration: int, iterations: int) -> float:
     """The learning rate of RL iteration ``iteration`` (1-based) of ``iterations``.
 
     A pure function of the iteration, so a resumed run needs no scheduler state.  After
