@@ -309,7 +309,7 @@ class HFPolicy(nn.Module):
                 allowed[r, :n, width:] = False
                 allowed[r, :n, width:width + n] = tree.ancestry()
         # (row, tree node, token) of every candidate token after the first
-        index = [(r, node, token) for r, tree in enumerate(trees) for node, token in tree.predictions]
+        index = [(r, node, token) for r, tree in enumerate(trees) for run in tree.predictions for node, token in run]
         later = torch.zeros(0)
         if index:
             bias = torch.zeros(allowed.shape, dtype=self.model.dtype).masked_fill_(~allowed, torch.finfo(self.model.dtype).min)
@@ -469,13 +469,11 @@ class HFPolicy(nn.Module):
                 positions[r, n : n + m] = n + torch.tensor(tree.depths)
                 allowed[r, n : n + m, :n] = True
                 allowed[r, n : n + m, n : n + m] = tree.ancestry()
-            later = iter(tree.predictions)
-            for k, answer in enumerate(opts):
+            for k, (answer, run) in enumerate(zip(opts, tree.predictions)):
                 at.append(r * width + n - 1)
                 targets.append(answer[0])
                 option_of.append(r * most + k)
-                for _ in answer[1:]:
-                    node, token = next(later)
+                for node, token in run:
                     at.append(r * width + n + node)
                     targets.append(token)
                     option_of.append(r * most + k)
@@ -625,18 +623,19 @@ class _PrefixTree:
     """The candidate answers of one row as a prefix tree of the tokens fed after the prompt.
 
     Answer ``a`` feeds ``a[:-1]``; the node of prefix ``a[:k]`` (k >= 1) holds token
-    ``a[k-1]`` at depth ``k-1`` and its output predicts ``a[k]``.  ``predictions`` lists
-    (node, next token) for every candidate token after the first, in candidate order.
+    ``a[k-1]`` at depth ``k-1`` and its output predicts ``a[k]``.  ``predictions[i]``
+    lists (node, next token) for every token of answer ``i`` after the first.
     """
 
     def __init__(self, answers: list[list[int]]):
         self.tokens: list[int] = []
         self.depths: list[int] = []
         self.parents: list[int] = []
-        self.predictions: list[tuple[int, int]] = []
+        self.predictions: list[list[tuple[int, int]]] = []
         nodes: dict[tuple[int, ...], int] = {}
         for answer in answers:
             parent = -1
+            self.predictions.append([])
             for k in range(1, len(answer)):
                 prefix = tuple(answer[:k])
                 node = nodes.get(prefix)
@@ -645,7 +644,7 @@ class _PrefixTree:
                     self.tokens.append(answer[k - 1])
                     self.depths.append(k - 1)
                     self.parents.append(parent)
-                self.predictions.append((node, answer[k]))
+                self.predictions[-1].append((node, answer[k]))
                 parent = node
 
     def ancestry(self) -> torch.Tensor:
