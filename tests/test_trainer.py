@@ -78,6 +78,34 @@ def test_a_resumed_run_trains_exactly_as_one_uninterrupted_run(tmp_path):
         assert torch.equal(p, resumed_weights[name]), name
 
 
+def test_a_kl_reset_anchors_the_kl_to_the_policy_of_its_iteration_and_a_resume_finds_it(tmp_path):
+    from safetensors.torch import load_file
+
+    def train(folder, iterations, *extra, resume=None):
+        cfg = small_config(tmp_path / folder, "sft.steps=2", "sft.episodes=2", "optim.kl_coef=0.1", "eval_every=1",
+                           f"iterations={iterations}", *extra)
+        run_training(cfg, policy=build_policy(cfg), resume=resume, echo=lambda *_: None)
+        records = [json.loads(line) for line in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if "seconds" not in k and "per_s" not in k} for r in records]
+
+    anchored = train("anchored", 3)
+    reset = train("reset", 3, "optim.kl_reset_every=2")
+    run = tmp_path / "reset" / "run"
+    assert sorted(p.name for p in run.glob("reference*")) == ["reference-000002.safetensors", "reference.safetensors"]
+    second = load_file(run / "reference-000002.safetensors")
+    policy_at_2 = load_file(ckpt.checkpoint_folder(run / "checkpoints", 2) / ckpt.POLICY_FILE)
+    assert all(torch.equal(t, policy_at_2[k]) for k, t in second.items())
+    assert not all(torch.equal(t, second[k]) for k, t in load_file(run / "reference.safetensors").items())
+    kl = [r["train/kl_ref"] for r in reset if "train/kl_ref" in r]
+    assert kl[:2] == [r["train/kl_ref"] for r in anchored if "train/kl_ref" in r][:2]  # the same run until the reset
+    assert anchored[-1]["train/kl_ref"] != kl[-1]
+
+    train("resumed", 2, "optim.kl_reset_every=2")
+    assert train("resumed", 3, "optim.kl_reset_every=2", resume="latest") == reset
+    with pytest.raises(ConfigError, match="kl_reset_every needs a frozen reference model"):
+        small_config(tmp_path, "optim.kl_reset_every=2", "optim.kl_coef=0")
+
+
 def test_corrupted_checkpoint_is_a_clear_error_and_the_previous_one_stays_intact(tmp_path):
     cfg = small_config(tmp_path, "optim.kl_coef=0")
     run_training(cfg, echo=lambda *_: None)

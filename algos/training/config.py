@@ -164,6 +164,8 @@ class OptimConfig:
     """Upper ratio clip (1 + clip_high); None: the algorithm's own (DAPO raises it)."""
     kl_coef: float = 0.01
     """Weight of the k3 KL to the reference policy (0: no reference model)."""
+    kl_reset_every: int = 0
+    """Every this-many iterations the KL reference becomes the policy as it is then (0: the warm start throughout)."""
     entropy_coef: float = 0.001
     """Entropy bonus."""
     value_coef: float = 0.5
@@ -256,6 +258,10 @@ class TrainConfig:
             raise ConfigError(f"optim.lr_schedule must be one of {list(LR_SCHEDULES)}, got {o.lr_schedule!r}")
         if o.warmup_iterations < 0:
             raise ConfigError(f"optim.warmup_iterations must be >= 0, got {o.warmup_iterations}")
+        if o.kl_reset_every < 0:
+            raise ConfigError(f"optim.kl_reset_every must be >= 0, got {o.kl_reset_every}")
+        if o.kl_reset_every and (not o.kl_coef or self.model.lora is not None):
+            raise ConfigError("optim.kl_reset_every needs a frozen reference model: optim.kl_coef > 0 and no model.lora")
         if o.loss_over not in ("tokens", "choices"):
             raise ConfigError(f"optim.loss_over must be 'tokens' or 'choices', got {o.loss_over!r}")
         if o.loss_over == "choices" and not self.model.choose_admissible:

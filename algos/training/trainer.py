@@ -497,23 +497,37 @@ class _FullState:
 REFERENCE_FILE = "reference.safetensors"
 
 
-def _save_reference(trainer: Trainer) -> None:
+def reference_file(run_dir: Path, iteration: int) -> Path:
+    """The KL reference in force after ``iteration``: the warm start's file, or the last reset's.
+
+    Each reset (``optim.kl_reset_every``) writes its own file, so a run resumed from an
+    earlier checkpoint finds the reference it had then.
+    """
+    return run_dir / (REFERENCE_FILE if iteration == 0 else f"reference-{iteration:06d}.safetensors")
+
+
+def _last_reset(cfg: TrainConfig, iteration: int) -> int:
+    every = cfg.optim.kl_reset_every
+    return iteration - iteration % every if every else 0
+
+
+def _save_reference(trainer: Trainer, iteration: int = 0) -> None:
     from safetensors.torch import save_model
 
     from gigpo_gym.core.data import replacing
 
     if trainer.reference is None or not trainer.parallel.is_main:
         return
-    with replacing(trainer.run_dir / REFERENCE_FILE) as tmp:
+    with replacing(reference_file(trainer.run_dir, iteration)) as tmp:
         save_model(trainer.reference, str(tmp))
 
 
-def _load_reference(trainer: Trainer) -> None:
+def _load_reference(trainer: Trainer, iteration: int) -> None:
     from safetensors.torch import load_model
 
     if not trainer.weights.kl_coef or trainer.cfg.model.lora is not None:
         return
-    path = trainer.run_dir / REFERENCE_FILE
+    path = reference_file(trainer.run_dir, _last_reset(trainer.cfg, iteration))
     if not path.is_file():
         raise ckpt.CheckpointError(f"{path} is missing: the KL reference of this run cannot be restored")
     trainer.freeze_reference()
@@ -573,7 +587,7 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
         if resume:
             start = trainer.resume(resume, echo)
             trainer.prepare()
-            _load_reference(trainer)
+            _load_reference(trainer, start)
             echo(f"resumed from iteration {start} ({trainer.run_dir / 'checkpoints'})")
             if main:
                 keep_iterations(trainer.run_dir / "metrics.jsonl", start)  # the later ones run again
@@ -616,6 +630,9 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
             record["time/iteration_seconds"] = time.perf_counter() - t0
             trainer.log(record)
             trainer.iteration = it
+            if cfg.optim.kl_reset_every and it % cfg.optim.kl_reset_every == 0:
+                trainer.freeze_reference()  # before the checkpoint: a resume from it finds this reference's file
+                _save_reference(trainer, it)
             if it % cfg.save_every == 0 or it == cfg.iterations:
                 trainer.save(it)
             bar.set_postfix(success=f"{record['rollout/success']:.2f}", invalid=f"{record['rollout/invalid_action_rate']:.2f}")
