@@ -507,6 +507,7 @@ def reference_file(run_dir: Path, iteration: int) -> Path:
 
 
 def _last_reset(cfg: TrainConfig, iteration: int) -> int:
+    """The iteration after which the KL reference was last reset (0: the warm start's)."""
     every = cfg.optim.kl_reset_every
     return iteration - iteration % every if every else 0
 
@@ -630,7 +631,7 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
             record["time/iteration_seconds"] = time.perf_counter() - t0
             trainer.log(record)
             trainer.iteration = it
-            if cfg.optim.kl_reset_every and it % cfg.optim.kl_reset_every == 0:
+            if _last_reset(cfg, it) == it:
                 trainer.freeze_reference()  # before the checkpoint: a resume from it finds this reference's file
                 _save_reference(trainer, it)
             if it % cfg.save_every == 0 or it == cfg.iterations:
