@@ -102,6 +102,13 @@ def test_a_kl_reset_anchors_the_kl_to_the_policy_of_its_iteration_and_a_resume_f
 
     train("resumed", 2, "optim.kl_reset_every=2")
     assert train("resumed", 3, "optim.kl_reset_every=2", resume="latest") == reset
+    with pytest.raises(ckpt.CheckpointError, match=r"reference-000003.safetensors is missing.*every 3 iterations"):
+        train("resumed", 4, "optim.kl_reset_every=3", resume="latest")
+
+    # references no kept checkpoint needs are deleted: one checkpoint kept, a reset every iteration
+    train("pruned", 3, "optim.kl_reset_every=1", "keep_checkpoints=1")
+    run = tmp_path / "pruned" / "run"
+    assert sorted(p.name for p in run.glob("reference*")) == ["reference-000003.safetensors", "reference.safetensors"]
     with pytest.raises(ConfigError, match="kl_reset_every needs a frozen reference model"):
         small_config(tmp_path, "optim.kl_reset_every=2", "optim.kl_coef=0")
 

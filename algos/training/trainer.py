@@ -275,6 +275,9 @@ class Trainer:
         """The KL anchor: a frozen copy of the policy as it is now (LoRA: adapters off)."""
         if not self.weights.kl_coef or self.cfg.model.lora is not None:
             return
+        if self.reference is not None:  # a reset: into the copy there is, not a third one
+            self.reference.load_state_dict(self.scorer.state_dict())
+            return
         self.reference = copy.deepcopy(self.scorer).eval()
         for p in self.reference.parameters():
             p.requires_grad_(False)
@@ -523,6 +526,18 @@ def _save_reference(trainer: Trainer, iteration: int = 0) -> None:
         save_model(trainer.reference, str(tmp))
 
 
+def _prune_references(trainer: Trainer) -> None:
+    """Delete the reset references no kept checkpoint resumes with (the warm start's file stays)."""
+    kept = ckpt.list_checkpoints(trainer.run_dir / "checkpoints")
+    if not trainer.parallel.is_main or not kept:
+        return
+    needed = _last_reset(trainer.cfg, ckpt.checkpoint_iteration(kept[0]))
+    for path in trainer.run_dir.glob("reference-*.safetensors"):
+        iteration = path.name.removeprefix("reference-").removesuffix(".safetensors")
+        if iteration.isdigit() and int(iteration) < needed:
+            path.unlink()
+
+
 def _load_reference(trainer: Trainer, iteration: int) -> None:
     from safetensors.torch import load_model
 
@@ -530,7 +545,11 @@ def _load_reference(trainer: Trainer, iteration: int) -> None:
         return
     path = reference_file(trainer.run_dir, _last_reset(trainer.cfg, iteration))
     if not path.is_file():
-        raise ckpt.CheckpointError(f"{path} is missing: the KL reference of this run cannot be restored")
+        every = trainer.cfg.optim.kl_reset_every
+        raise ckpt.CheckpointError(
+            f"{path} is missing: the KL reference of this run cannot be restored (this config resets it "
+            f"{f'every {every} iterations' if every else 'never'}, optim.kl_reset_every; was the run trained "
+            "with another value?)")
     trainer.freeze_reference()
     try:
         load_model(trainer.reference, str(path))
@@ -636,6 +655,7 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
                 _save_reference(trainer, it)
             if it % cfg.save_every == 0 or it == cfg.iterations:
                 trainer.save(it)
+                _prune_references(trainer)
             bar.set_postfix(success=f"{record['rollout/success']:.2f}", invalid=f"{record['rollout/invalid_action_rate']:.2f}")
         if cfg.iterations > start and last_eval:
             summary["evals"]["after RL"] = last_eval
