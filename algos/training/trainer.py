@@ -528,8 +528,10 @@ def _save_reference(trainer: Trainer, iteration: int = 0) -> None:
 
 def _prune_references(trainer: Trainer) -> None:
     """Delete the reset references no kept checkpoint resumes with (the warm start's file stays)."""
+    if not trainer.parallel.is_main:
+        return
     kept = ckpt.list_checkpoints(trainer.run_dir / "checkpoints")
-    if not trainer.parallel.is_main or not kept:
+    if not kept:
         return
     needed = _last_reset(trainer.cfg, ckpt.checkpoint_iteration(kept[0]))
     for path in trainer.run_dir.glob("reference-*.safetensors"):
