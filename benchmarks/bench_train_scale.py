@@ -13,6 +13,12 @@ launch`` gives the engine asked for (``--engine``: DDP, FSDP2, DeepSpeed ZeRO-2 
     python benchmarks/bench_train_scale.py                      # the tiny model on CPU, 1 and 2 processes
     python benchmarks/bench_train_scale.py --config alfworld_qwen2.5_1.5b --set model.name=/models/Qwen2.5-1.5B-Instruct \\
         --processes 1 8 --engine fsdp                            # the paper's setting on 8 GPUs
+    python benchmarks/bench_train_scale.py --config alfworld_qwen2.5_1.5b --random-weights 1.5b --processes 1
+
+``--random-weights SIZE`` trains a model of a Qwen2.5 size's published shape (layers,
+widths, heads, its 151,936-token vocabulary) with random weights and a small tokenizer
+trained on the env's text: memory and time of a model size without downloading it.
+(Random weights write random answers, so the env's steps are all invalid actions.)
 
 Writes ``benchmarks/results/train_scale.json`` (``--out``).
 """
@@ -39,6 +45,41 @@ TINY = [
     "env.num_groups=4", "env.group_size=4", "env.task_key=goal", "sampling.max_new_tokens=12",
     "optim.mini_batch_size=64", "optim.micro_batch_size=16", "optim.lr=1e-4",
 ]
+
+
+#: Qwen2.5's published shapes: hidden, MLP width, layers, attention heads, KV heads, tied embeddings.
+QWEN25_SHAPES = {
+    "0.5b": (896, 4864, 24, 14, 2, True),
+    "1.5b": (1536, 8960, 28, 12, 2, True),
+    "3b": (2048, 11008, 36, 16, 2, True),
+    "7b": (3584, 18944, 28, 28, 4, False),
+}
+
+
+def random_weights_model(size: str, folder: Path) -> Path:
+    """A Qwen2.5-``size``-shaped causal LM with random weights (seed 0), saved with a tokenizer of the env's text."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from gigpo_gym.algos.policies.tiny import train_tokenizer
+    from gigpo_gym.algos.training.rollout import llm_wrapper
+    from gigpo_gym.algos.training.sft import expert_demonstrations
+
+    hidden, mlp, layers, heads, kv_heads, tied = QWEN25_SHAPES[size]
+    demos = expert_demonstrations("gigpo_gym/ALFWorld-v0", 300, seed=0, wrapper=llm_wrapper())
+    tokenizer = train_tokenizer([text for pair in demos for text in pair], 8192, "words")
+    config = Qwen2Config(vocab_size=151936, hidden_size=hidden, intermediate_size=mlp, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads, tie_word_embeddings=tied,
+                         rms_norm_eps=1e-6, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                         bos_token_id=None)
+    with torch.random.fork_rng(devices=[]), torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(config)
+    model.save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    print(f"random-weights Qwen2.5-{size} shape: {sum(p.numel() for p in model.parameters()) / 1e9:.3f}B parameters",
+          flush=True)
+    return folder
 
 
 def peak_memory_mb() -> float:
@@ -137,6 +178,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of each process (CPU)")
     parser.add_argument("--engine", choices=["ddp", "fsdp", "zero2", "zero3"], default="ddp",
                         help="data-parallel engine when processes > 1: DDP, FSDP2, DeepSpeed ZeRO-2 or ZeRO-3 (needs [deepspeed])")
+    parser.add_argument("--random-weights", choices=sorted(QWEN25_SHAPES), metavar="SIZE",
+                        help=f"train a Qwen2.5-SIZE-shaped model with random weights ({', '.join(QWEN25_SHAPES)}): "
+                             "memory and time without the model's download")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "train_scale.json"))
     parser.add_argument("--worker-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -145,6 +189,9 @@ def main() -> None:
         return
     results = []
     with tempfile.TemporaryDirectory() as tmp:
+        if args.random_weights:
+            folder = random_weights_model(args.random_weights, Path(tmp) / f"qwen2.5-{args.random_weights}-random")
+            args.set = [*args.set, f"model.name={folder}"]
         for n in args.processes:
             r = run(n, args, Path(tmp) / f"p{n}.json")
             results.append({**r, "engine": "single" if n == 1 else args.engine})

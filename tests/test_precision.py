@@ -82,6 +82,20 @@ def test_chunked_logits_and_gradient_checkpointing_change_nothing(policy_path):
             torch.testing.assert_close(other[1][name], grad, msg=lambda m, n=name, k=kwargs: f"{k} {n}: {m}")
 
 
+def test_scoring_keeps_no_kv_cache(policy_path):
+    """A scoring pass (the update's, the reference's) has no later token to cache keys and values for."""
+    from gigpo_gym.algos.policies.base import ChoiceBatch
+    from gigpo_gym.algos.policies.hf import HFPolicy
+
+    policy = HFPolicy.from_pretrained(policy_path, device="cpu")
+    caches = []
+    hook = policy.model.get_decoder().register_forward_hook(lambda m, a, out: caches.append(out.past_key_values))
+    policy(TokenBatch([[5, 6], [7]], [[8, 9], [10]]))
+    policy(ChoiceBatch([[5, 6]], [[8, 9]], options=[[[8, 9], [10]]], choices=[0]))
+    hook.remove()
+    assert caches == [None, None]
+
+
 def test_chunks_never_hold_more_logits_than_asked(policy_path):
     from gigpo_gym.algos.policies.hf import HFPolicy
 

@@ -422,7 +422,7 @@ class HFPolicy(nn.Module):
         ids = ids.to(self.device)
         positions = torch.arange(width, device=self.device)[None, :].expand(len(batch), -1)
         with self.autocast():
-            hidden = self.model.get_decoder()(input_ids=ids, position_ids=positions).last_hidden_state
+            hidden = self.model.get_decoder()(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state
         # the hidden state at (prompt_len + j - 1) predicts response token j
         max_resp = max(int(resp_lens.max()), 1)
         mask = torch.arange(max_resp)[None, :] < resp_lens[:, None]
@@ -480,7 +480,7 @@ class HFPolicy(nn.Module):
         bias = torch.zeros(allowed.shape, dtype=self.model.dtype).masked_fill_(~allowed, torch.finfo(self.model.dtype).min)
         with self.autocast():
             hidden = self.model.get_decoder()(input_ids=ids.to(self.device), attention_mask=bias[:, None].to(self.device),
-                                              position_ids=positions.to(self.device)).last_hidden_state
+                                              position_ids=positions.to(self.device), use_cache=False).last_hidden_state
         token_logp, _ = self._score_positions(hidden.reshape(rows * width, -1)[torch.tensor(at, device=self.device)],
                                               torch.tensor(targets, device=self.device), False)
         totals = torch.zeros(rows * most, dtype=torch.float32, device=self.device)
