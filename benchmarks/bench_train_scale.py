@@ -26,6 +26,7 @@ Writes ``benchmarks/results/train_scale.json`` (``--out``).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -129,6 +130,8 @@ def worker(args: argparse.Namespace) -> None:
         everyone = trainer.parallel.gather_objects(mine)
     finally:
         trainer.close()
+        del trainer
+        gc.collect()  # as run_training does (see Trainer.close)
     if int(os.environ.get("RANK", "0")) != 0:
         return
     per_iteration = []

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import pickle
@@ -62,6 +63,8 @@ def main() -> None:
             torch.save({"weights": weights, "metrics": metrics}, out / "weights.pt")
         trainer.parallel.barrier()
         trainer.close()
+        del trainer
+        gc.collect()  # as run_training does (see Trainer.close)
     elif scenario == "train":
         trainer_module.run_training(cfg, echo=lambda *_: None)
     elif scenario == "die":
@@ -84,6 +87,8 @@ def main() -> None:
             torch.save({"weights": weights, "optimizer": optimizer}, out / "resumed.pt")
         trainer.parallel.barrier()
         trainer.close()
+        del trainer
+        gc.collect()
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
 

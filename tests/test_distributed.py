@@ -95,6 +95,22 @@ def test_two_processes_make_the_one_process_update_and_play_its_tasks(tmp_path, 
     assert {e[0] for e in json.loads((tmp_path / "episodes-0.json").read_text())} == set(range(groups // 2))
 
 
+def test_a_finished_run_leaves_no_trainer_to_interpreter_shutdown(tmp_path):
+    """A process's first Trainer sits in reference cycles that lazy imports leave; run_training
+    collects it, so a multi-process run's sharded modules (holding the process group) are not
+    freed during interpreter shutdown, where gloo's threads can abort the process."""
+    code = (f"import gc, json, sys; sys.path.insert(0, {str(TESTS)!r}); import helpers_fake\n"
+            "from gigpo_gym.algos.training.config import load_config\n"
+            "from gigpo_gym.algos.training.trainer import Trainer, run_training\n"
+            "gc.disable()\n"
+            "run_training(load_config(None, json.loads(sys.argv[1])), echo=lambda *_: None)\n"
+            "print(sum(isinstance(o, Trainer) for o in gc.get_objects()))\n")
+    args = overrides(tmp_path, "env.num_groups=2", "iterations=1")
+    result = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.stdout.split()[-1] == "0"
+
+
 @pytest.mark.parametrize("trained,resumed", [
     ("fsdp", "fsdp"), pytest.param("zero3", "zero2", marks=needs_deepspeed), pytest.param("zero2", "zero3", marks=needs_deepspeed),
 ])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import json
 import math
 import os
@@ -476,6 +477,14 @@ class Trainer:
         return self.iteration
 
     def close(self) -> None:
+        """End the process group and close the envs, the generation engine and the log.
+
+        A process's first Trainer is not freed when its last name goes: the imports its
+        construction triggers leave reference cycles of frames that hold it.  Drop it and
+        ``gc.collect()`` before the process exits (``run_training`` does): freed during
+        interpreter shutdown instead, a multi-process run's sharded modules, which hold the
+        process group, can abort the process there (gloo's threads).
+        """
         if self.actor is not self.scorer:
             self.actor.close()
         self.parallel.close()
@@ -677,6 +686,8 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
         return summary
     finally:
         trainer.close()
+        del trainer
+        gc.collect()  # see Trainer.close: free the first trainer now, not at interpreter shutdown
 
 
 def _silent(*_: Any) -> None:
