@@ -558,9 +558,9 @@ def _load_reference(trainer: Trainer, iteration: int) -> None:
     if not path.is_file():
         every = trainer.cfg.optim.kl_reset_every
         raise ckpt.CheckpointError(
-            f"{path} is missing: the KL reference of this run cannot be restored (this config resets it "
-            f"{f'every {every} iterations' if every else 'never'}, optim.kl_reset_every; was the run trained "
-            "with another value?)")
+            f"{path} is missing: the KL reference of this run cannot be restored (this config "
+            f"{f'resets it every {every} iterations' if every else 'never resets it'}: optim.kl_reset_every "
+            f"{every}; was the run trained with another value?)")
     trainer.freeze_reference()
     try:
         load_model(trainer.reference, str(path))
