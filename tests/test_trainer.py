@@ -104,6 +104,9 @@ def test_a_kl_reset_anchors_the_kl_to_the_policy_of_its_iteration_and_a_resume_f
     assert train("resumed", 3, "optim.kl_reset_every=2", resume="latest") == reset
     with pytest.raises(ckpt.CheckpointError, match=r"reference-000003.safetensors is missing.*every 3 iterations"):
         train("resumed", 4, "optim.kl_reset_every=3", resume="latest")
+    (tmp_path / "anchored" / "run" / "reference.safetensors").unlink()  # never reset: the warm start's file
+    with pytest.raises(ckpt.CheckpointError, match=r"reference.safetensors is missing.*never resets it: optim.kl_reset_every 0"):
+        train("anchored", 4, resume="latest")
 
     # references no kept checkpoint needs are deleted: one checkpoint kept, a reset every iteration
     train("pruned", 3, "optim.kl_reset_every=1", "keep_checkpoints=1")
