@@ -94,3 +94,14 @@ def test_policies_never_import_training_or_leaderboard():
 
 def test_training_never_imports_the_leaderboard():
     assert _offenders(["algos/training"], ("gigpo_gym.algos.leaderboard",)) == []
+
+
+def test_the_command_line_builds_without_servers_search_indexes_or_torch():
+    """Every ``gigpo-gym`` command builds the whole parser first: it must not pay for any command's work."""
+    code = (
+        "import sys\nfrom gigpo_gym.cli import build_parser\nbuild_parser()\n"
+        "print(sorted(m for m in ('fastapi', 'uvicorn', 'bm25s', 'torch', 'transformers') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]", f"building the parser imported {out.stdout.strip()}"

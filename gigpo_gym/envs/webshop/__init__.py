@@ -2,25 +2,41 @@
 
 The engine modules (schema, loader, generator, goals, search, pages, render,
 reward, engine, expert, shop) import no gymnasium; ``env.WebShopEnv`` is the thin
-adapter registered as ``gigpo_gym/WebShop-v0``.
+adapter registered as ``gigpo_gym/WebShop-v0``.  The names below are imported on
+first use: the search index (bm25s) costs half a second to import, which
+``gigpo-gym --help`` and the other commands should not pay.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any
 
-from gigpo_gym.envs.webshop.engine import Session, WebShopEngine, parse_action
-from gigpo_gym.envs.webshop.reward import PurchaseScore, purchase_score
-from gigpo_gym.envs.webshop.schema import Goal, Product
-from gigpo_gym.envs.webshop.shop import Shop, load_shop
+#: The environment variable naming a folder with the original WebShop files.
+DATA_ENV = "WEBSHOP_DATA"
+#: The web site's default limits (here, so ``gigpo-gym serve webshop --help`` needs no FastAPI).
+DEFAULT_MAX_BODY_BYTES = 8192
+DEFAULT_MAX_SESSIONS = 4096
 
-__all__ = ["Goal", "Product", "PurchaseScore", "Session", "Shop", "WebShopEngine", "WebShopEnv", "load_shop",
-           "parse_action", "purchase_score"]  # fmt: skip
+#: Names served lazily: name -> module.
+_LAZY = {
+    "Session": "engine",
+    "WebShopEngine": "engine",
+    "parse_action": "engine",
+    "PurchaseScore": "reward",
+    "purchase_score": "reward",
+    "Goal": "schema",
+    "Product": "schema",
+    "Shop": "shop",
+    "load_shop": "shop",
+    "WebShopEnv": "env",
+}
 
 
-def __getattr__(name: str) -> Any:  # the gym adapter only when asked for
-    if name == "WebShopEnv":
-        from gigpo_gym.envs.webshop.env import WebShopEnv
-
-        return WebShopEnv
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(f"gigpo_gym.envs.webshop.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["DATA_ENV", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_SESSIONS", *_LAZY]

@@ -51,7 +51,7 @@ from gigpo_gym.core.env import TextEnv
 from gigpo_gym.envs.webshop import pages as P
 from gigpo_gym.envs.webshop.browser import DEFAULT_CHROMEDRIVER, DEFAULT_CHROMIUM, HeadlessChromium, check_binaries
 from gigpo_gym.envs.webshop.engine import WebShopEngine, parse_action
-from gigpo_gym.envs.webshop.env import DATA_ENV
+from gigpo_gym.envs.webshop import DATA_ENV
 from gigpo_gym.envs.webshop.goals import SPLITS
 from gigpo_gym.envs.webshop.render import OBSERVATION_MODES, RENDERERS
 from gigpo_gym.envs.webshop.site import MAX_SEED_DIGITS

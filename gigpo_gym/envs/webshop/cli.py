@@ -6,13 +6,11 @@ import argparse
 import sys
 
 from gigpo_gym.core.net import warn_if_public
-from gigpo_gym.envs.webshop.env import DATA_ENV
+from gigpo_gym.envs.webshop import DATA_ENV, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_SESSIONS
 
 
 def add_serve_cli(serve_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``webshop`` under the ``serve`` command's sub-parsers."""
-    from gigpo_gym.envs.webshop.site import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_SESSIONS
-
     parser = serve_subparsers.add_parser(
         "webshop",
         help="serve the WebShop site (open it in a browser, or point WebShop-Browser-v0 at it)",

@@ -44,14 +44,13 @@ from typing import Any
 from gigpo_gym.core.anchor import digest
 from gigpo_gym.core.data import resolve_data_dir
 from gigpo_gym.core.env import TextEnv
+from gigpo_gym.envs.webshop import DATA_ENV
 from gigpo_gym.envs.webshop.engine import Session, WebShopEngine
 from gigpo_gym.envs.webshop.expert import expert_action
 from gigpo_gym.envs.webshop.goals import split_goals
 from gigpo_gym.envs.webshop.pages import Page
 from gigpo_gym.envs.webshop.render import OBSERVATION_MODES, RENDERERS
 from gigpo_gym.envs.webshop.shop import load_shop
-
-DATA_ENV = "WEBSHOP_DATA"
 
 
 class WebShopEnv(TextEnv):

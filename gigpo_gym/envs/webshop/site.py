@@ -41,14 +41,13 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gigpo_gym.core.net import BodyError, ServerLimits, ThreadedServer, read_body, uvicorn_options
+from gigpo_gym.envs.webshop import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_SESSIONS
 from gigpo_gym.envs.webshop import pages as P
 from gigpo_gym.envs.webshop.engine import Session, WebShopEngine
 from gigpo_gym.envs.webshop.goals import SPLITS, split_goals
 from gigpo_gym.envs.webshop.html import STATIC, make_environment, page_blocks
 from gigpo_gym.envs.webshop.shop import Shop
 
-DEFAULT_MAX_BODY_BYTES = 8192
-DEFAULT_MAX_SESSIONS = 4096
 #: A full table drops its least recently used session only after this much idle time.
 DEFAULT_SESSION_IDLE_SECONDS = 600.0
 #: Digits of a ``seed`` (Python's default bound on int/str conversion): any seed the text env can print.
