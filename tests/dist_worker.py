@@ -7,6 +7,9 @@
   (``weights.pt``) and every process its episodes of a fresh rollout (``episodes-R.json``);
 - ``train``: ``run_training``;
 - ``die``: ``run_training`` where rank 1 is killed (SIGKILL) while playing iteration 2;
+- ``fail``: ``run_training`` where rank 1 raises while playing iteration 2; it records
+  whether its process group was still up when ``run_training`` re-raised
+  (``group-after-failure.json``);
 - ``resume``: resume the run's latest checkpoint; rank 0 saves the full weights and
   optimiser state it holds then (``resumed.pt``).
 """
@@ -67,16 +70,22 @@ def main() -> None:
         gc.collect()  # as run_training does (see Trainer.close)
     elif scenario == "train":
         trainer_module.run_training(cfg, echo=lambda *_: None)
-    elif scenario == "die":
+    elif scenario in ("die", "fail"):
         real = trainer_module.collect
 
-        def dying(policy, envs, sampling, *, seed, **kwargs):
+        def failing(policy, envs, sampling, *, seed, **kwargs):
             if rank == 1 and seed == derive_seed(cfg.seed, 2):
-                os.kill(os.getpid(), signal.SIGKILL)
+                if scenario == "die":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                raise RuntimeError("injected failure on rank 1")
             return real(policy, envs, sampling, seed=seed, **kwargs)
 
-        trainer_module.collect = dying
-        trainer_module.run_training(cfg, echo=lambda *_: None)
+        trainer_module.collect = failing
+        try:
+            trainer_module.run_training(cfg, echo=lambda *_: None)
+        except RuntimeError:
+            (out / "group-after-failure.json").write_text(json.dumps(torch.distributed.is_initialized()))
+            raise
     elif scenario == "resume":
         trainer = trainer_module.Trainer(cfg)
         trainer.resume("latest", echo=lambda *_: None)

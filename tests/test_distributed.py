@@ -172,6 +172,17 @@ def test_a_process_that_dies_ends_the_run_and_the_last_checkpoint_stays_valid(tm
         trainer.close()
 
 
+def test_a_process_that_fails_reports_its_error_and_leaves_the_process_group_to_the_launcher(tmp_path):
+    """Ending the group waits for the other processes, which may be inside a collective (NCCL deadlocks)."""
+    args = overrides(tmp_path, "env.num_groups=2", "iterations=3", "eval_every=0", "env.eval_episodes=0")
+    started = time.monotonic()
+    result = torchrun("fail", tmp_path, args)
+    assert result.returncode != 0
+    assert time.monotonic() - started < 90
+    assert "injected failure on rank 1" in result.stderr, result.stderr[-3000:]
+    assert json.loads((tmp_path / "group-after-failure.json").read_text()) is True
+
+
 def test_bad_process_counts_and_accelerate_configs_are_one_clear_error(tmp_path, capsys, monkeypatch):
     import argparse
 

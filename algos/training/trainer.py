@@ -476,8 +476,12 @@ class Trainer:
         self.iteration = int(state["iteration"])
         return self.iteration
 
-    def close(self) -> None:
+    def close(self, end_process_group: bool = True) -> None:
         """End the process group and close the envs, the generation engine and the log.
+
+        A process that failed passes ``end_process_group=False``: ending the group waits
+        for the other processes, which may be inside a collective that never completes
+        (NCCL then deadlocks); the group ends with the process, and the launcher stops the rest.
 
         A process's first Trainer is not freed when its last name goes: the imports its
         construction triggers leave reference cycles of frames that hold it.  Drop it and
@@ -487,7 +491,8 @@ class Trainer:
         """
         if self.actor is not self.scorer:
             self.actor.close()
-        self.parallel.close()
+        if end_process_group:
+            self.parallel.close()
         self.envs.close()
         if self.eval_envs is not None:
             self.eval_envs.close()
@@ -614,6 +619,7 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
     summary: dict[str, Any] = {"run_dir": str(trainer.run_dir), "evals": {}, "main": main,
                                "processes": trainer.parallel.world, "engine": trainer.parallel.engine}
     started = time.perf_counter()
+    finished = False
     try:
         if resume:
             start = trainer.resume(resume, echo)
@@ -683,9 +689,10 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
             summary["curve"] = str(curve) if curve else None
             write_atomically(trainer.run_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True))
         trainer.parallel.barrier()  # the others wait for rank 0's files before the run ends
+        finished = True
         return summary
     finally:
-        trainer.close()
+        trainer.close(end_process_group=finished)  # see Trainer.close: not after a failure
         del trainer
         gc.collect()  # see Trainer.close: free the first trainer now, not at interpreter shutdown
 
