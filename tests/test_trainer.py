@@ -180,6 +180,15 @@ def test_learning_rate_warms_up_then_decays_over_the_run_s_iterations(tmp_path):
         small_config(tmp_path, "optim.warmup_iterations=-1")
 
 
+def test_the_warm_start_s_learning_rate_follows_its_schedule(tmp_path):
+    cfg = small_config(tmp_path, "sft.steps=3", "sft.episodes=2", "sft.lr=3e-3", "sft.lr_schedule=linear", "iterations=0")
+    run_training(cfg, echo=lambda *_: None)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["sft/step"], r["sft/lr"]) for r in records if "sft/lr" in r] == [(0, 3e-3), (2, pytest.approx(1e-3))]
+    with pytest.raises(ConfigError, match=r"sft.lr_schedule must be one of \['constant', 'linear', 'cosine'\]"):
+        small_config(tmp_path, "sft.lr_schedule=exponential")
+
+
 def test_choice_kl_is_the_exact_kl_over_each_row_s_options():
     logits = torch.tensor([[0.0, 1.0, 2.0], [0.5, -0.5, float("-inf")]], requires_grad=True)
     logp = torch.log_softmax(logits, dim=-1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -22,6 +23,23 @@ LR_SCHEDULES = ("constant", "linear", "cosine")
 
 class ConfigError(ValueError):
     """A config file or override the trainer cannot use."""
+
+
+def scheduled_lr(lr: float, schedule: str, step: int, steps: int, warmup: int = 0) -> float:
+    """The learning rate of step ``step`` (1-based) of ``steps`` under ``schedule`` (one of LR_SCHEDULES).
+
+    A pure function of the step, so a resumed run needs no scheduler state.  After
+    ``warmup`` steps of linear rise, "linear" and "cosine" decay from ``lr`` at the first
+    step after warm-up towards 0 past the last.
+    """
+    if step <= warmup:
+        return lr * step / warmup
+    if schedule == "constant":
+        return lr
+    done = (step - warmup - 1) / max(steps - warmup, 1)
+    if schedule == "linear":
+        return lr * (1.0 - done)
+    return lr * 0.5 * (1.0 + math.cos(math.pi * done))
 
 
 @dataclass
@@ -182,7 +200,9 @@ class SFTConfig:
     episodes: int = 40
     """Expert episodes collected for the warm start."""
     lr: float = 1e-3
-    """Warm-start learning rate."""
+    """Warm-start learning rate (the peak, under a schedule)."""
+    lr_schedule: str = "constant"
+    """Learning rate over the warm-start steps: "constant", "linear" or "cosine" decay towards 0."""
     batch_size: int = 16
     """Demonstration steps per warm-start update."""
     expert_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -256,6 +276,8 @@ class TrainConfig:
             raise ConfigError(f"env.reward_source must be 'won' or 'env', got {e.reward_source!r}")
         if o.lr_schedule not in LR_SCHEDULES:
             raise ConfigError(f"optim.lr_schedule must be one of {list(LR_SCHEDULES)}, got {o.lr_schedule!r}")
+        if self.sft.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(f"sft.lr_schedule must be one of {list(LR_SCHEDULES)}, got {self.sft.lr_schedule!r}")
         if o.warmup_iterations < 0:
             raise ConfigError(f"optim.warmup_iterations must be >= 0, got {o.warmup_iterations}")
         if o.kl_reset_every < 0:

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from gigpo_gym.algos.policies.base import TokenBatch
+from gigpo_gym.algos.training.config import scheduled_lr
 from gigpo_gym.core.env import derive_seed
 
 
@@ -83,10 +84,17 @@ def sft_train(
     steps: int,
     lr: float,
     batch_size: int,
+    lr_schedule: str = "constant",
     seed: int = 0,
-    on_step: Callable[[int, float], None] | None = None,
+    on_step: Callable[[int, float, float], None] | None = None,
 ) -> list[float]:
-    """Minimise the token-mean negative log-likelihood of the demo responses; returns the losses."""
+    """Minimise the token-mean negative log-likelihood of the demo responses; returns the losses.
+
+    ``on_step(step, loss, lr)`` is called after each update.
+
+    ``lr_schedule`` "linear" or "cosine" decays the rate towards 0 over the steps: at a
+    constant rate the weights end wherever the last noisy steps left them.
+    """
     if not demos:
         raise ValueError("no expert demonstrations to train on (did every expert episode fail?)")
     tok = policy.tokenizer
@@ -105,6 +113,8 @@ def sft_train(
     for step in range(steps):
         if cursor + batch_size > len(order):
             order, cursor = rng.permutation(len(demos)), 0
+        for group in optimizer.param_groups:
+            group["lr"] = scheduled_lr(lr, lr_schedule, step + 1, steps)
         index = order[cursor : cursor + batch_size]
         cursor += batch_size
         scores = policy.log_probs(TokenBatch([prompt_ids[i] for i in index], [response_ids[i] for i in index]))
@@ -115,5 +125,5 @@ def sft_train(
         optimizer.step()
         losses.append(float(loss.detach()))
         if on_step is not None:
-            on_step(step, losses[-1])
+            on_step(step, losses[-1], optimizer.param_groups[0]["lr"])
     return losses

@@ -31,7 +31,7 @@ import torch
 
 from gigpo_gym.algos.training import checkpoint as ckpt
 from gigpo_gym.algos.training import distributed
-from gigpo_gym.algos.training.config import ConfigError, OptimConfig, TrainConfig, config_to_dict, save_config
+from gigpo_gym.algos.training.config import ConfigError, OptimConfig, TrainConfig, config_to_dict, save_config, scheduled_lr
 from gigpo_gym.algos.training.loss import LossWeights, choice_kl, policy_loss, value_loss
 from gigpo_gym.algos.training.metrics import append_jsonl, keep_iterations, plot_curve, read_jsonl, rollout_metrics
 from gigpo_gym.algos.policies.base import ChoiceBatch, SamplingParams, TokenBatch
@@ -93,20 +93,8 @@ def _wrapper(cfg: TrainConfig):
 
 
 def learning_rate(optim: OptimConfig, iteration: int, iterations: int) -> float:
-    """The learning rate of RL iteration ``iteration`` (1-based) of ``iterations``.
-
-    A pure function of the iteration, so a resumed run needs no scheduler state.  After
-    ``warmup_iterations`` of linear rise, "linear" and "cosine" decay from ``lr`` at the
-    first iteration after warm-up towards 0 past the last.
-    """
-    if iteration <= optim.warmup_iterations:
-        return optim.lr * iteration / optim.warmup_iterations
-    if optim.lr_schedule == "constant":
-        return optim.lr
-    done = (iteration - optim.warmup_iterations - 1) / max(iterations - optim.warmup_iterations, 1)
-    if optim.lr_schedule == "linear":
-        return optim.lr * (1.0 - done)
-    return optim.lr * 0.5 * (1.0 + math.cos(math.pi * done))
+    """The learning rate of RL iteration ``iteration`` (1-based) of ``iterations`` (see ``scheduled_lr``)."""
+    return scheduled_lr(optim.lr, optim.lr_schedule, iteration, iterations, optim.warmup_iterations)
 
 
 def _pad(rows: list[list[float]], width: int, device: torch.device) -> torch.Tensor:
@@ -711,15 +699,15 @@ def _warm_start(trainer: Trainer, echo) -> list[float]:
                                   env_kwargs=cfg.env.kwargs, wrapper=_wrapper(cfg), expert_kwargs=cfg.sft.expert_kwargs)
     bar = tqdm(total=cfg.sft.steps, desc="SFT warm start", disable=not cfg.progress)
 
-    def on_step(step: int, loss: float) -> None:
+    def on_step(step: int, loss: float, lr: float) -> None:
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.3f}")
         if step % 10 == 0 or step == cfg.sft.steps - 1:
-            trainer.log({"iteration": 0, "sft/step": step, "sft/loss": loss}, step=step)
+            trainer.log({"iteration": 0, "sft/step": step, "sft/loss": loss, "sft/lr": lr}, step=step)
 
     demos = oversample(demos, cfg.sft.oversample)
-    losses = sft_train(trainer.policy, demos, steps=cfg.sft.steps, lr=cfg.sft.lr, batch_size=cfg.sft.batch_size,
-                       seed=cfg.seed, on_step=on_step)
+    losses = sft_train(trainer.policy, demos, steps=cfg.sft.steps, lr=cfg.sft.lr, lr_schedule=cfg.sft.lr_schedule,
+                       batch_size=cfg.sft.batch_size, seed=cfg.seed, on_step=on_step)
     bar.close()
     echo(f"SFT warm start: {len(demos)} expert steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
     return [losses[0], losses[-1]]
