@@ -15,11 +15,9 @@ The policy/trainer side (torch, transformers) is imported on first use, so the l
 above never loads torch.
 """
 
-from importlib import import_module
-from typing import Any
-
 from gigpo_gym.algos.estimators.batch import StepBatch
 from gigpo_gym.algos.estimators.registry import ENTRY_POINT_GROUP, Algorithm, algorithm_class, available_algorithms, get_algorithm, register_algorithm
+from gigpo_gym.core.lazy import lazy_names
 
 #: Names served lazily from the torch side: name -> module.
 _LAZY = {
@@ -35,12 +33,7 @@ _LAZY = {
     "Trainer": "training.trainer",
     "run_training": "training.trainer",
 }
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(f"gigpo_gym.algos.{_LAZY[name]}"), name)
-    raise AttributeError(f"module 'gigpo_gym.algos' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [

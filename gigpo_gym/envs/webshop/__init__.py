@@ -9,8 +9,7 @@ first use: the search index (bm25s) costs half a second to import, which
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from gigpo_gym.core.lazy import lazy_names
 
 #: The environment variable naming a folder with the original WebShop files.
 DATA_ENV = "WEBSHOP_DATA"
@@ -31,12 +30,7 @@ _LAZY = {
     "load_shop": "shop",
     "WebShopEnv": "env",
 }
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(f"gigpo_gym.envs.webshop.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = ["DATA_ENV", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_SESSIONS", *_LAZY]
