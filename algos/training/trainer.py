@@ -535,11 +535,10 @@ def _prune_references(trainer: Trainer) -> None:
     kept = ckpt.list_checkpoints(trainer.run_dir / "checkpoints")
     if not kept:
         return
+    every = trainer.cfg.optim.kl_reset_every
     needed = _last_reset(trainer.cfg, ckpt.checkpoint_iteration(kept[0]))
-    for path in trainer.run_dir.glob("reference-*.safetensors"):
-        iteration = path.name.removeprefix("reference-").removesuffix(".safetensors")
-        if iteration.isdigit() and int(iteration) < needed:
-            path.unlink()
+    for iteration in range(every, needed, every or 1):
+        reference_file(trainer.run_dir, iteration).unlink(missing_ok=True)
 
 
 def _load_reference(trainer: Trainer, iteration: int) -> None:
