@@ -10,6 +10,7 @@ import gigpo_gym
 from gigpo_gym.algos.policies.base import Generation, SamplingParams
 from gigpo_gym.algos.policies.reference import ExpertPolicy
 from gigpo_gym.algos.estimators.registry import get_algorithm
+from gigpo_gym.algos.training.metrics import rollout_metrics
 from gigpo_gym.algos.training.rollout import RewardShaping, collect, llm_wrapper
 
 
@@ -52,6 +53,17 @@ def test_invalid_actions_are_penalised_and_the_time_limit_ends_episodes():
     assert [e.length for e in out.episodes] == [8, 8]  # the registered max_episode_steps
     assert out.rewards == [-0.25] * 16 and not any(out.action_valid)
     assert out.generated_tokens == 16 * 3
+    envs.close()
+
+
+def test_the_metrics_say_whether_episodes_ran_out_of_steps_and_walked_in_circles():
+    envs = make_envs(1, 2)
+    walker = rollout_metrics(collect(ExpertPolicy(), envs, SamplingParams(), seed=0), prefix="eval")
+    assert walker["eval/truncated"] == 0.0 and walker["eval/revisited_states"] == 0.0
+    # waiting in the first room: every step after the first is in a state seen before, until the step limit
+    waiter = rollout_metrics(collect(ScriptedPolicy(lambda p: "<action>wait</action>"), envs, SamplingParams(), seed=0))
+    assert waiter["rollout/truncated"] == 1.0
+    assert waiter["rollout/revisited_states"] == pytest.approx(7 / 8)
     envs.close()
 
 

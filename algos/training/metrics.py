@@ -38,6 +38,10 @@ def rollout_metrics(rollout: Rollout, prefix: str = "rollout") -> dict[str, floa
     m[f"{prefix}/invalid_action_rate"] = 1.0 - float(np.sum(rollout.action_valid)) / rows
     m[f"{prefix}/episode_length"] = float(np.mean([e.length for e in rollout.episodes])) if rollout.episodes else 0.0
     m[f"{prefix}/return"] = float(np.mean([e.reward for e in rollout.episodes])) if rollout.episodes else 0.0
+    if rollout.episodes:
+        m[f"{prefix}/truncated"] = float(np.mean([e.truncated for e in rollout.episodes]))
+    if any(rollout.anchors):
+        m[f"{prefix}/revisited_states"] = revisited_state_share(rollout)
     m[f"{prefix}/rows"] = float(len(rollout))
     m[f"{prefix}/seconds"] = rollout.seconds
     if rollout.generate_seconds > 0:
@@ -55,6 +59,20 @@ def rollout_metrics(rollout: Rollout, prefix: str = "rollout") -> dict[str, floa
             label = str(low) if low == high else (f"{low}+" if high > 10**8 else f"{low}-{high}")
             m[f"{prefix}/step_group_size_hist/{label}"] = float(((sizes >= low) & (sizes <= high)).sum())
     return m
+
+
+def revisited_state_share(rollout: Rollout) -> float:
+    """Share of steps taken in a state (anchor) the same episode had already been in.
+
+    An agent that walks in circles (its history too short to show where it has been)
+    scores high; rows without an anchor count as new states.
+    """
+    seen: set[tuple[int, int, str]] = set()
+    repeats = 0
+    for key in zip(rollout.group_ids, rollout.traj_ids, rollout.anchors):
+        repeats += bool(key[2]) and key in seen
+        seen.add(key)
+    return repeats / max(len(rollout), 1)
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:

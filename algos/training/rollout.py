@@ -56,6 +56,7 @@ class Episode:
     length: int = 0
     reward: float = 0.0
     invalid_steps: int = 0
+    truncated: bool = False  # cut off by the step limit, not ended by the env
 
 
 @dataclass
@@ -249,6 +250,8 @@ def collect(
             ep.reward += reward
             ep.invalid_steps += int(not valid)
             ep.won = ep.won or won
+        for i in rows:
+            out.episodes[i].truncated = bool(truncated[i]) and not bool(terminated[i])
         obs, infos = next_obs, next_infos
         active = active & ~(np.asarray(terminated) | np.asarray(truncated))
         step += 1
