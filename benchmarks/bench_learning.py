@@ -7,7 +7,8 @@ is a matched pair.  Every run is evaluated on the held-out split before RL and a
 ``--iterations`` iterations (``--eval-episodes`` distinct tasks, at the config's eval
 temperature).  Reported: held-out success per algorithm (mean +- s.e. over seeds, per
 task type), the paired difference GiGPO - GRPO with a 95% confidence interval
-(Student t over seeds), the training-rollout learning curves of both in one PNG, and
+(Student t over seeds) after the last iteration and at every held-out evaluation
+before it (one algorithm may peak earlier and fall after), the training-rollout learning curves of both in one PNG, and
 GiGPO's step-group diagnostics (size histogram, share of rows in singleton groups:
 those get no step-level signal).
 
@@ -183,6 +184,13 @@ def mean_sem(values) -> tuple[float, float]:
     return float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else 0.0
 
 
+def paired(diffs) -> dict:
+    """Mean of paired differences with its s.e. and a Student-t 95% interval over the seeds."""
+    mean, sem = mean_sem(diffs)
+    half = t95(len(diffs) - 1) * sem
+    return {"per_seed": list(diffs), "mean": mean, "sem": sem, "ci95": [mean - half, mean + half]}
+
+
 def report(args) -> dict:
     root = Path(args.run_root)
     runs = {(s, a): read_run(root / f"seed{s}-{a}") for s in args.seeds for a in args.algos
@@ -202,13 +210,21 @@ def report(args) -> dict:
     result = {"seeds": seeds, "summary": table, "runs": {f"seed{s}-{a}": r for (s, a), r in runs.items()}}
     if len(args.algos) == 2 and len(seeds) >= 2:
         a, b = args.algos
-        diffs = [runs[(s, a)]["after"] - runs[(s, b)]["after"] for s in seeds]
-        mean, sem = mean_sem(diffs)
-        half = t95(len(diffs) - 1) * sem
-        result["paired_difference"] = {"of": f"{a} - {b}", "per_seed": diffs, "mean": mean, "sem": sem,
-                                       "ci95": [mean - half, mean + half]}
-        print(f"paired {a} - {b}: {100 * mean:+5.1f} points, 95% CI [{100 * (mean - half):+5.1f}, "
-              f"{100 * (mean + half):+5.1f}] over {len(diffs)} seeds")
+        result["paired_difference"] = paired([runs[(s, a)]["after"] - runs[(s, b)]["after"] for s in seeds])
+        result["paired_difference"]["of"] = f"{a} - {b}"
+        d = result["paired_difference"]
+        print(f"paired {a} - {b}: {100 * d['mean']:+5.1f} points, 95% CI [{100 * d['ci95'][0]:+5.1f}, "
+              f"{100 * d['ci95'][1]:+5.1f}] over {len(seeds)} seeds")
+        # an end point alone can mislead: one algorithm may peak earlier and fall after
+        evals = {key: dict(run["evals"]) for key, run in runs.items()}
+        common = sorted(set.intersection(*(set(evals[(s, algo)]) for s in seeds for algo in (a, b))) - {0})
+        result["paired_difference_by_iteration"] = {}
+        for it in common:
+            d = paired([evals[(s, a)][it] - evals[(s, b)][it] for s in seeds])
+            result["paired_difference_by_iteration"][it] = d
+            means = [mean_sem([evals[(s, algo)][it] for s in seeds])[0] for algo in (a, b)]
+            print(f"  iteration {it:>3}: {a} {100 * means[0]:5.1f}, {b} {100 * means[1]:5.1f}, paired "
+                  f"{100 * d['mean']:+5.1f} [{100 * d['ci95'][0]:+5.1f}, {100 * d['ci95'][1]:+5.1f}]")
     if "gigpo" in args.algos and any(runs[(s, "gigpo")]["rows"] for s in seeds):  # --iterations 0: no rollouts
         gig = [runs[(s, "gigpo")] for s in seeds]
         hist: dict[str, float] = {}

@@ -42,6 +42,34 @@ def test_report_of_evaluation_only_runs_gives_the_initial_success_and_no_step_gr
     assert "step groups" not in capsys.readouterr().out
 
 
+def write_run(folder: Path, successes: dict[int, float]) -> None:
+    """A finished run's held-out evaluations at the given iterations (no rollout rows)."""
+    folder.mkdir(parents=True)
+    evals = [{"iteration": it, "eval/success": v} for it, v in successes.items()]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+    last = max(successes)
+    (folder / "summary.json").write_text(json.dumps({"evals": {"initial": {"eval/success": successes[0]},
+                                                                "after RL": {"eval/success": successes[last]}}}))
+
+
+def test_the_paired_difference_is_reported_at_every_evaluated_iteration_not_only_the_end(tmp_path):
+    # GRPO peaks early and falls; GiGPO is behind at 10 and ahead at 20
+    bench = load_bench()
+    write_run(tmp_path / "seed0-gigpo", {0: 0.3, 10: 0.4, 20: 0.5})
+    write_run(tmp_path / "seed0-grpo", {0: 0.3, 10: 0.5, 20: 0.4})
+    write_run(tmp_path / "seed1-gigpo", {0: 0.4, 10: 0.4, 20: 0.6})
+    write_run(tmp_path / "seed1-grpo", {0: 0.4, 10: 0.6, 20: 0.4})
+    args = argparse.Namespace(run_root=str(tmp_path), seeds=[0, 1], algos=["gigpo", "grpo"], plot=None)
+    result = bench.report(args)
+    by_iteration = result["paired_difference_by_iteration"]
+    assert sorted(by_iteration) == [10, 20]  # iteration 0 is the shared warm start
+    assert by_iteration[10]["per_seed"] == pytest.approx([-0.1, -0.2])
+    assert by_iteration[20]["mean"] == pytest.approx(0.15)
+    assert result["paired_difference"]["mean"] == pytest.approx(by_iteration[20]["mean"])
+    low, high = by_iteration[10]["ci95"]  # Student t with 1 degree of freedom over a s.e. of 0.05
+    assert (low + high) / 2 == pytest.approx(-0.15) and (high - low) / 2 == pytest.approx(12.706 * 0.05)
+
+
 def write_checkpoint(folder: Path, iteration: int) -> None:
     """A complete checkpoint as ``list_checkpoints`` sees one (its manifest written)."""
     from gigpo_gym.algos.training.checkpoint import MANIFEST_FILE
