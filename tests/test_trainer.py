@@ -303,7 +303,8 @@ def test_success_line_prints_the_standard_error_and_episode_count():
 
     line = format_success("after SFT", {"eval/success": 0.25, "eval/episodes": 100.0, "eval/success/heat": 0.5})
     assert "25.0 +-  4.3 (n=100)" in line  # sqrt(0.25 * 0.75 / 100) = 0.0433
-    assert "heat  50.0" in line
+    assert "heat  50.0" in line and "out of steps" not in line
+    assert "| out of steps  75.0%" in format_success("after RL", {"eval/success": 0.25, "eval/truncated": 0.75})
 
 
 def test_gain_line_gives_the_change_with_its_standard_error_per_type():

@@ -572,7 +572,10 @@ def format_success(title: str, m: dict[str, float], prefix: str = "eval") -> str
     invalid = 100 * m.get(f"{prefix}/invalid_action_rate", 0.0)
     rate, n = m.get(f"{prefix}/success", 0.0), m.get(f"{prefix}/episodes", 0.0)
     overall = f"{100 * rate:5.1f} +- {100 * success_sem(rate, n):4.1f} (n={n:.0f})"
-    return f"{title:<22} success % all {overall}  {cells}  | invalid actions {invalid:5.1f}%"
+    line = f"{title:<22} success % all {overall}  {cells}  | invalid actions {invalid:5.1f}%"
+    if f"{prefix}/truncated" in m:  # where the losses go: out of steps, or ended by the env
+        line += f"  | out of steps {100 * m[f'{prefix}/truncated']:5.1f}%"
+    return line
 
 
 def format_gain(before: dict[str, float], after: dict[str, float], prefix: str = "eval") -> str:
