@@ -162,6 +162,22 @@ def test_surrogate_clips_and_kl_is_the_k3_estimator():
     assert float(k3_kl(lp, ref)) == pytest.approx(float(torch.exp(ref - lp) - (ref - lp) - 1))
 
 
+def test_a_capped_kl_stops_one_unlikely_token_from_swamping_the_update():
+    # the policy made a token 12 nats less likely than the reference: exp(12) ~ 1.6e5 uncapped
+    lp = torch.tensor([[-13.0, -1.0]], requires_grad=True)
+    ref = torch.tensor([[-1.0, -1.5]])
+    mask = torch.ones(1, 2)
+    for kl_max, first_grad in ((None, -torch.exp(torch.tensor(12.0)) + 1), (10.0, 0.0)):
+        w = LossWeights(kl_coef=1.0, entropy_coef=0.0, kl_max=kl_max)
+        loss, stats = policy_loss(lp, lp.detach(), torch.tensor([0.0]), mask, 2.0, w, ref_log_probs=ref)
+        (grad,) = torch.autograd.grad(loss, lp)
+        assert float(grad[0, 0]) == pytest.approx(float(first_grad) / 2, rel=1e-4)  # a token-mean over 2 tokens
+        assert float(grad[0, 1]) == pytest.approx((1 - float(torch.exp(torch.tensor(-0.5)))) / 2, rel=1e-4)
+    assert stats["kl_ref"] == pytest.approx((10.0 + float(k3_kl(lp.detach()[:, 1:], ref[:, 1:]))) / 2, rel=1e-5)
+    with pytest.raises(ConfigError, match="kl_max must be > 0"):
+        load_config(None, ["optim.kl_max=0"])
+
+
 def test_learning_rate_warms_up_then_decays_over_the_run_s_iterations(tmp_path):
     def rates(schedule, warmup, iterations):
         o = load_config(None, ["optim.lr=1.0", f"optim.lr_schedule={schedule}", f"optim.warmup_iterations={warmup}"]).optim

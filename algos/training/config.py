@@ -182,6 +182,8 @@ class OptimConfig:
     """Upper ratio clip (1 + clip_high); None: the algorithm's own (DAPO raises it)."""
     kl_coef: float = 0.01
     """Weight of the k3 KL to the reference policy (0: no reference model)."""
+    kl_max: float | None = None
+    """Cap on each token's k3 KL estimate (None: uncapped; verl's low_var_kl, which GiGPO's code uses, caps at 10)."""
     kl_reset_every: int = 0
     """Every this-many iterations the KL reference becomes the policy as it is then (0: the warm start throughout)."""
     entropy_coef: float = 0.001
@@ -280,6 +282,8 @@ class TrainConfig:
             raise ConfigError(f"sft.lr_schedule must be one of {list(LR_SCHEDULES)}, got {self.sft.lr_schedule!r}")
         if o.warmup_iterations < 0:
             raise ConfigError(f"optim.warmup_iterations must be >= 0, got {o.warmup_iterations}")
+        if o.kl_max is not None and not o.kl_max > 0:
+            raise ConfigError(f"optim.kl_max must be > 0 or null, got {o.kl_max}")
         if o.kl_reset_every < 0:
             raise ConfigError(f"optim.kl_reset_every must be >= 0, got {o.kl_reset_every}")
         if o.kl_reset_every and (not o.kl_coef or self.model.lora is not None):

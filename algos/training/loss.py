@@ -6,7 +6,8 @@ summed with gradient accumulation give exactly the mini-batch loss.
 
 - surrogate: ``max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high))``, ``r = exp(logp - old)``;
 - KL to the reference policy, the low-variance "k3" estimator
-  ``exp(ref - logp) - (ref - logp) - 1`` (>= 0, unbiased for KL(pi || ref)), or, over
+  ``exp(ref - logp) - (ref - logp) - 1`` (>= 0, unbiased for KL(pi || ref); each token's
+  value capped at ``kl_max`` where set), or, over
   a choice among a few options (``optim.loss_over: choices``), the exact KL (``choice_kl``);
 - entropy bonus: ``- entropy_coef * H``;
 - critic (PPO): ``value_coef * 0.5 (V - target)^2``, mean over rows.
@@ -26,12 +27,19 @@ class LossWeights:
     kl_coef: float = 0.01
     entropy_coef: float = 0.001
     value_coef: float = 0.5
+    kl_max: float | None = None
 
 
-def k3_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
-    """Per-token low-variance KL estimate (clamped log-ratio for numerical safety)."""
+def k3_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, max_value: float | None = None) -> torch.Tensor:
+    """Per-token low-variance KL estimate (clamped log-ratio for numerical safety).
+
+    ``max_value`` caps each token's estimate (verl's ``low_var_kl`` caps it at 10): a
+    token the policy has made far less likely than the reference then adds no gradient,
+    where uncapped its ``exp(ref - logp)`` alone can swamp a mini-batch's update.
+    """
     delta = (ref_log_probs - log_probs).clamp(-20.0, 20.0)
-    return delta.exp() - delta - 1.0
+    kl = delta.exp() - delta - 1.0
+    return kl if max_value is None else kl.clamp(max=max_value)
 
 
 def choice_kl(option_log_probs: torch.Tensor, ref_option_log_probs: torch.Tensor) -> torch.Tensor:
@@ -75,7 +83,7 @@ def policy_loss(
         "approx_kl_old": float((0.5 * log_ratio.detach() ** 2 * mask).sum() / token_count),
     }
     if kl is None and ref_log_probs is not None:
-        kl = k3_kl(log_probs, ref_log_probs)
+        kl = k3_kl(log_probs, ref_log_probs, weights.kl_max)
     if kl is not None and weights.kl_coef:
         kl = (kl * mask).sum() / token_count
         loss = loss + weights.kl_coef * kl

@@ -172,7 +172,7 @@ class Trainer:
         self.weights = LossWeights(
             clip_low=o.clip_low if o.clip_low is not None else self.algo.clip_low,
             clip_high=o.clip_high if o.clip_high is not None else self.algo.clip_high,
-            kl_coef=o.kl_coef, entropy_coef=o.entropy_coef, value_coef=o.value_coef,
+            kl_coef=o.kl_coef, entropy_coef=o.entropy_coef, value_coef=o.value_coef, kl_max=o.kl_max,
         )
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, weight_decay=o.weight_decay)
