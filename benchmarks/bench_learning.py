@@ -8,9 +8,9 @@ is a matched pair.  Every run is evaluated on the held-out split before RL and a
 temperature).  Reported: held-out success per algorithm (mean +- s.e. over seeds, per
 task type), the paired difference GiGPO - GRPO with a 95% confidence interval
 (Student t over seeds) after the last iteration and at every held-out evaluation
-before it (one algorithm may peak earlier and fall after), the training-rollout learning curves of both in one PNG, and
-GiGPO's step-group diagnostics (size histogram, share of rows in singleton groups:
-those get no step-level signal).
+before it (one algorithm may peak earlier and fall after), the training-rollout
+learning curves of both in one PNG, and GiGPO's step-group diagnostics (size
+histogram, share of rows in singleton groups: those get no step-level signal).
 
     python benchmarks/bench_learning.py --seeds 0 1 2 3 4 --iterations 30 --jobs 2
     python benchmarks/bench_learning.py --report runs/bench_learning   # re-aggregate finished runs

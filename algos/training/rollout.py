@@ -250,8 +250,7 @@ def collect(
             ep.reward += reward
             ep.invalid_steps += int(not valid)
             ep.won = ep.won or won
-        for i in rows:
-            out.episodes[i].truncated = bool(truncated[i]) and not bool(terminated[i])
+            ep.truncated = bool(truncated[i]) and not bool(terminated[i])
         obs, infos = next_obs, next_infos
         active = active & ~(np.asarray(terminated) | np.asarray(truncated))
         step += 1
