@@ -176,6 +176,7 @@ def read_run(folder: Path) -> dict:
         "rollout_success": [r["rollout/success"] for r in rollouts],
         "step_group_size_hist": hist, "rows": rows, "singleton_row_share": 1.0 - shared / max(rows, 1),
         "seconds": summary.get("seconds"),
+        "selected_iteration": summary.get("selected", {}).get("iteration"),  # select_every: the run's chosen weights
     }
 
 
@@ -205,8 +206,10 @@ def report(args) -> dict:
         table[algo] = {"after_mean": after, "after_sem": sem, "before_mean": before,
                        "per_type_after": {t: mean_sem([r["after_per_type"].get(t, 0.0) for r in mine])[0] for t in types},
                        "per_seed_after": [r["after"] for r in mine]}
+        chosen = [r["selected_iteration"] for r in mine]
         print(f"{algo:>6}: held-out success {100 * before:5.1f} -> {100 * after:5.1f} +- {100 * sem:.1f} "
-              f"(seeds {[round(100 * r['after'], 1) for r in mine]})")
+              f"(seeds {[round(100 * r['after'], 1) for r in mine]})"
+              + (f", chosen on the selection split at iterations {chosen}" if any(c is not None for c in chosen) else ""))
     result = {"seeds": seeds, "summary": table, "runs": {f"seed{s}-{a}": r for (s, a), r in runs.items()}}
     if len(args.algos) == 2 and len(seeds) >= 2:
         a, b = args.algos

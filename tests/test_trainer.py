@@ -116,6 +116,52 @@ def test_a_kl_reset_anchors_the_kl_to_the_policy_of_its_iteration_and_a_resume_f
         small_config(tmp_path, "optim.kl_reset_every=2", "optim.kl_coef=0")
 
 
+def test_select_every_makes_the_best_iteration_on_the_selection_split_the_runs_result(tmp_path):
+    """The weights that score best on the selection envs are the ones evaluated "after RL", also after a resume."""
+    def train(folder, iterations, *extra, resume=None):
+        cfg = small_config(tmp_path / folder, "sft.steps=2", "sft.episodes=2", "eval_every=1", "select_every=1",
+                           "env.select_episodes=4", "env.select_kwargs={split: test}", "keep_checkpoints=4",
+                           f"iterations={iterations}", *extra)
+        policy = build_policy(cfg)
+        summary = run_training(cfg, policy=policy, resume=resume, echo=lambda *_: None)
+        records = [json.loads(line) for line in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]
+        return summary, records, policy
+
+    summary, records, policy = train("straight", 3)
+    scores = [(r["iteration"], r["select/success"]) for r in records if "select/success" in r]
+    assert [it for it, _ in scores] == [1, 2, 3]
+    best = max(scores, key=lambda s: (s[1], -s[0]))[0]  # the highest score, the earliest on ties
+    assert summary["selected"]["iteration"] == best
+    root = tmp_path / "straight" / "run" / "checkpoints"
+
+    def weights_at(iteration):
+        saved = build_policy(small_config(tmp_path))
+        ckpt.load_checkpoint(ckpt.checkpoint_folder(root, iteration), saved, None)
+        return dict(saved.named_parameters())
+
+    at_best, at_last = weights_at(best), weights_at(3)
+    assert best != 3 and not all(torch.equal(t, at_last[k]) for k, t in at_best.items())  # a real choice here
+    for name, p in policy.named_parameters():  # the trainer's policy ends with the chosen weights
+        assert torch.equal(p, at_best[name]), name
+    timeless = lambda m: {k: v for k, v in m.items() if "seconds" not in k and "per_s" not in k}  # noqa: E731
+    from gigpo_gym.algos.leaderboard.policies import resolve_policy
+
+    loaded = resolve_policy(str(root.parent / "selected.safetensors"), CORRIDOR_ID, device="cpu")
+    assert loaded.details["iteration"] == best  # the leaderboard evaluates the chosen weights
+    assert all(torch.equal(p, at_best[n]) for n, p in loaded.policy.named_parameters())
+    record = next(r for r in records if r["iteration"] == best and "eval/success" in r)
+    held_out_at_best = {k: v for k, v in record.items() if k.startswith("eval/")}
+    assert timeless(summary["evals"]["after RL"]) == timeless(held_out_at_best)
+
+    train("stopped", 2)
+    resumed, _, _ = train("stopped", 3, resume="latest")
+    assert resumed["selected"] == {**summary["selected"], "weights": str(tmp_path / "stopped" / "run" / "selected.safetensors")}
+    assert timeless(resumed["evals"]["after RL"]) == timeless(summary["evals"]["after RL"])
+
+    with pytest.raises(ConfigError, match="measured on the tasks it was chosen on"):
+        small_config(tmp_path, "select_every=5")  # the selection envs would be the held-out ones
+
+
 def test_corrupted_checkpoint_is_a_clear_error_and_the_previous_one_stays_intact(tmp_path):
     cfg = small_config(tmp_path, "optim.kl_coef=0")
     run_training(cfg, echo=lambda *_: None)

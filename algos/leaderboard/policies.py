@@ -3,8 +3,9 @@
 ``random`` (seeded random admissible action), ``random-search`` (the same, with
 WebShop's ``search[<query>]`` filled with the instruction), ``expert`` (the env's own expert: the
 upper bound), ``smollm2`` (the offline SmolLM2-135M-Instruct, zero-shot), a trainer
-run folder / ``checkpoints`` folder / ``iter-NNNNNN`` checkpoint (rebuilt from the
-run's ``config.yaml``, evaluated with the prompts it was trained on), a folder
+run folder / ``checkpoints`` folder / ``iter-NNNNNN`` checkpoint / the run's
+``selected.safetensors`` (rebuilt from the run's ``config.yaml``, evaluated with the
+prompts it was trained on), a folder
 ``HFPolicy.save`` wrote, a local Hugging Face model folder, a hub id that is already
 in the local HF cache (nothing downloads), or ``sb3:PATH.zip`` (a Stable-Baselines3
 model trained by ``benchmarks/train_sb3.py``).
@@ -186,7 +187,10 @@ def _resolve(text: str, env_id: str, *, device: str, seed: int, temperature: flo
 def _find_checkpoint(path: Path) -> tuple[Path, Path] | None:
     """(checkpoint folder, run folder) when ``path`` is a trainer run, its checkpoints or one checkpoint."""
     from gigpo_gym.algos.training import checkpoint as ckpt
+    from gigpo_gym.algos.training.trainer import SELECTED_FILE
 
+    if path.is_file() and path.name == SELECTED_FILE:  # select_every's chosen weights
+        return path, path.parent
     if (path / ckpt.MANIFEST_FILE).is_file() or (path / ckpt.POLICY_FILE).is_file():
         return path, path.parent.parent
     if (path / ckpt.LATEST_FILE).is_file():
@@ -210,7 +214,7 @@ def _load_checkpoint(found, text, env_id, device, seed, temperature, max_new_tok
     try:
         cfg = load_config(config_file, [f"model.device={device}"])
         policy = build_policy(cfg)
-        state = ckpt.load_checkpoint(folder, policy)
+        state = _load_selected_file(folder, policy) if folder.is_file() else ckpt.load_checkpoint(folder, policy)
     except (ConfigError, ckpt.CheckpointError) as e:
         raise LeaderboardError(f"checkpoint {folder}: {e}") from e
     s = cfg.sampling
@@ -224,6 +228,19 @@ def _load_checkpoint(found, text, env_id, device, seed, temperature, max_new_tok
         details["warning"] = f"trained on {cfg.env.id}, evaluated on {env_id}"
     label = name or f"{cfg.model.name} + {cfg.algo.name} ({run_dir.name}, iter {details['iteration']})"
     return LoadedPolicy(policy, text, "checkpoint", label, temp == 0.0, sampling, prompt, details)
+
+
+def _load_selected_file(path: Path, policy: Any) -> dict[str, Any]:
+    """Load a run's ``selected.safetensors``; its trainer state is the iteration the file records."""
+    from safetensors import safe_open
+    from safetensors.torch import load_model
+
+    try:
+        load_model(policy, str(path))
+        with safe_open(str(path), "pt") as f:
+            return {"iteration": int((f.metadata() or {}).get("iteration", 0))}
+    except Exception as e:  # safetensors raises several types on damaged or mismatched files
+        raise LeaderboardError(f"cannot load {path} into the run's model: {e}") from e
 
 
 def _load_hf_folder(path: Path, text, env_id, device, seed, temp, max_new_tokens, name) -> LoadedPolicy:

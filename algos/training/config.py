@@ -114,6 +114,10 @@ class EnvConfig:
     """Copies of each task per group (N)."""
     eval_episodes: int = 16
     """Held-out episodes per evaluation (distinct tasks)."""
+    select_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Overrides of ``kwargs`` for the envs that choose the run's result (``select_every``; e.g. {split: valid_unseen})."""
+    select_episodes: int = 128
+    """Episodes per selection evaluation (``select_every``)."""
     history_length: int = 2
     """Past steps shown in each prompt (the paper uses 2)."""
     anchor_mode: str = "state"
@@ -237,6 +241,9 @@ class TrainConfig:
     """Show progress bars."""
     eval_before: bool = True
     """Evaluate the untrained model first (and again after the SFT warm start)."""
+    select_every: int = 0
+    """Every this-many iterations (and at the last) score the policy on the selection envs (``env.select_kwargs``);
+    the best-scoring weights are the run's result, the ones evaluated "after RL" (0: the last iteration's)."""
     deterministic: bool = True
     """Ask torch for deterministic kernels (cuDNN, cuBLAS workspaces); a run then repeats exactly on the same machine."""
     collective_timeout_s: float = 1800.0
@@ -250,6 +257,7 @@ class TrainConfig:
             ("optim.epochs", o.epochs, 1), ("optim.micro_batch_size", o.micro_batch_size, 1),
             ("keep_checkpoints", self.keep_checkpoints, 1), ("save_every", self.save_every, 1),
             ("sft.steps", self.sft.steps, 0), ("sft.batch_size", self.sft.batch_size, 1),
+            ("select_every", self.select_every, 0), ("env.select_episodes", e.select_episodes, 1),
         ):
             if value < low:
                 raise ConfigError(f"{name} must be >= {low}, got {value}")
@@ -290,6 +298,10 @@ class TrainConfig:
             raise ConfigError("optim.kl_reset_every needs a frozen reference model: optim.kl_coef > 0 and no model.lora")
         if o.loss_over not in ("tokens", "choices"):
             raise ConfigError(f"optim.loss_over must be 'tokens' or 'choices', got {o.loss_over!r}")
+        if self.select_every and e.eval_episodes and {**e.kwargs, **e.select_kwargs} == {**e.kwargs, **e.eval_kwargs}:
+            raise ConfigError("select_every chooses the run's result on the held-out envs themselves, so their success "
+                              "would be measured on the tasks it was chosen on: set env.select_kwargs to another split "
+                              "(e.g. {split: valid_unseen})")
         if o.loss_over == "choices" and not self.model.choose_admissible:
             raise ConfigError("optim.loss_over: choices trains the choice among admissible actions; "
                               "it needs model.choose_admissible: true")

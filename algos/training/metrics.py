@@ -117,7 +117,7 @@ def keep_iterations(path: Path, last: int) -> None:
 
 
 def plot_curve(records: list[dict[str, Any]], path: Path, title: str = "") -> Path | None:
-    """Success vs iteration (rollout and eval) as a PNG; None when there is nothing to plot."""
+    """Success vs iteration (rollout, eval and selection) as a PNG; None when there is nothing to plot."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -125,13 +125,16 @@ def plot_curve(records: list[dict[str, Any]], path: Path, title: str = "") -> Pa
 
     train = [(r["iteration"], r["rollout/success"]) for r in records if "rollout/success" in r]
     evals = [(r["iteration"], r["eval/success"]) for r in records if "eval/success" in r]
-    if not train and not evals:
+    chosen = [(r["iteration"], r["select/success"]) for r in records if "select/success" in r]
+    if not train and not evals and not chosen:
         return None
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     if train:
         ax.plot(*zip(*train), label="rollout success", marker=".")
     if evals:
         ax.plot(*zip(*evals), label="eval success (held-out)", marker="o")
+    if chosen:
+        ax.plot(*zip(*chosen), label="selection success", marker="s")
     ax.set_xlabel("iteration")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)

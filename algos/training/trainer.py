@@ -183,12 +183,18 @@ class Trainer:
                 e.id, groups, e.group_size, backend=e.backend, seed=cfg.seed, env_kwargs=e.kwargs,
                 wrappers=(_wrapper(cfg),), group_offset=first_group,
             )
-        self.eval_envs = None
-        if e.eval_episodes and self.parallel.is_main:  # rank 0 alone evaluates
-            self.eval_envs = gigpo_gym.make_grouped(
-                e.id, e.eval_episodes, 1, backend=e.backend, seed=cfg.seed, env_kwargs={**e.kwargs, **e.eval_kwargs},
-                wrappers=(_wrapper(cfg),),
-            )
+        self.eval_envs = self.select_envs = None
+        if self.parallel.is_main:  # rank 0 alone evaluates
+            if e.eval_episodes:
+                self.eval_envs = gigpo_gym.make_grouped(
+                    e.id, e.eval_episodes, 1, backend=e.backend, seed=cfg.seed,
+                    env_kwargs={**e.kwargs, **e.eval_kwargs}, wrappers=(_wrapper(cfg),),
+                )
+            if cfg.select_every:
+                self.select_envs = gigpo_gym.make_grouped(
+                    e.id, e.select_episodes, 1, backend=e.backend, seed=cfg.seed,
+                    env_kwargs={**e.kwargs, **e.select_kwargs}, wrappers=(_wrapper(cfg),),
+                )
         self.iteration = 0
         self.config_digest = digest(config_to_dict(cfg))
         self._writer = None
@@ -249,16 +255,20 @@ class Trainer:
         """A random stream of this process (one process: the run's own stream, as before)."""
         return seed if self.parallel.world == 1 else derive_seed(seed, self.parallel.rank)
 
-    def evaluate(self, iteration: int) -> dict[str, float]:
-        """Success per task type on the held-out envs (fixed tasks, eval temperature)."""
-        if self.eval_envs is None:
+    def evaluate(self, iteration: int, on: str = "eval") -> dict[str, float]:
+        """Success per task type on the held-out envs (``on="eval"``) or the selection envs (``"select"``).
+
+        Fixed tasks at the eval temperature, so two evaluations differ only by the policy.
+        """
+        envs = self.eval_envs if on == "eval" else self.select_envs
+        if envs is None:
             return {}
         rollout = collect(
-            self.actor, self.eval_envs, self.sampling(0, evaluation=True), seed=derive_seed(self.cfg.seed, 999),
+            self.actor, envs, self.sampling(0, evaluation=True), seed=derive_seed(self.cfg.seed, 999 if on == "eval" else 998),
             shaping=self.shaping,
         )
-        m = rollout_metrics(rollout, prefix="eval")
-        return {k: v for k, v in m.items() if not k.startswith(("eval/step_", "eval/all_equal"))}
+        m = rollout_metrics(rollout, prefix=on)
+        return {k: v for k, v in m.items() if not k.startswith((f"{on}/step_", f"{on}/all_equal"))}
 
     def freeze_reference(self) -> None:
         """The KL anchor: a frozen copy of the policy as it is now (LoRA: adapters off)."""
@@ -482,8 +492,9 @@ class Trainer:
         if end_process_group:
             self.parallel.close()
         self.envs.close()
-        if self.eval_envs is not None:
-            self.eval_envs.close()
+        for envs in (self.eval_envs, self.select_envs):
+            if envs is not None:
+                envs.close()
         if self._writer is not None:
             self._writer.close()
 
@@ -558,6 +569,43 @@ def _load_reference(trainer: Trainer, iteration: int) -> None:
         load_model(trainer.reference, str(path))
     except Exception as e:
         raise ckpt.CheckpointError(f"cannot read {path}: {e}") from e
+
+
+SELECTED_FILE = "selected.safetensors"
+
+
+def _save_selected(trainer: Trainer, iteration: int, success: float) -> dict[str, Any]:
+    """Keep the weights that score best on the selection envs so far; the file carries its iteration and score."""
+    from safetensors.torch import save_model
+
+    from gigpo_gym.core.data import replacing
+
+    with replacing(trainer.run_dir / SELECTED_FILE) as tmp:
+        save_model(trainer.scorer, str(tmp), metadata={"iteration": str(iteration), "success": repr(success)})
+    return {"iteration": iteration, "success": success}
+
+
+def _read_selected(run_dir: Path, before: int) -> dict[str, Any] | None:
+    """The choice so far of a resumed run: the kept weights, unless they come from an iteration it trains again."""
+    from safetensors import safe_open
+
+    path = run_dir / SELECTED_FILE
+    if not path.is_file():
+        return None
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata() or {}
+    if "iteration" not in meta or int(meta["iteration"]) > before:
+        return None
+    return {"iteration": int(meta["iteration"]), "success": float(meta["success"])}
+
+
+def _load_selected(trainer: Trainer) -> None:
+    """Put the chosen weights into the model that generates (rank 0's, after the last update)."""
+    from safetensors.torch import load_model
+
+    load_model(trainer.scorer, str(trainer.run_dir / SELECTED_FILE))
+    if trainer.actor is not trainer.scorer:
+        trainer.actor.load_weights(trainer.scorer)
 
 
 def success_sem(rate: float, episodes: float) -> float:
@@ -642,6 +690,7 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
             trainer.log({"iteration": 0, **first})
         bar = tqdm(range(start + 1, cfg.iterations + 1), desc=f"{cfg.algo.name}", disable=not (cfg.progress and main))
         last_eval: dict[str, float] = {}
+        selected = _read_selected(trainer.run_dir, start) if resume and trainer.select_envs is not None else None
         for it in bar:
             t0 = time.perf_counter()
             rollout = collect(trainer.actor, trainer.envs, trainer.sampling(it), seed=derive_seed(cfg.seed, it),
@@ -651,7 +700,12 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
             t1 = time.perf_counter()
             record.update(trainer.update(rollout, it, whole))
             record["train/seconds"] = time.perf_counter() - t1
-            if (cfg.eval_every and it % cfg.eval_every == 0) or it == cfg.iterations:
+            if trainer.select_envs is not None and (it % cfg.select_every == 0 or it == cfg.iterations):
+                scores = trainer.evaluate(it, on="select")
+                record.update(scores)
+                if selected is None or scores["select/success"] > selected["success"]:  # ties: the earlier
+                    selected = _save_selected(trainer, it, scores["select/success"])
+            if (cfg.eval_every and it % cfg.eval_every == 0) or (it == cfg.iterations and selected is None):
                 last_eval = trainer.evaluate(it)
                 record.update(last_eval)
             record["time/iteration_seconds"] = time.perf_counter() - t0
@@ -664,9 +718,18 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
                 trainer.save(it)
                 _prune_references(trainer)
             bar.set_postfix(success=f"{record['rollout/success']:.2f}", invalid=f"{record['rollout/invalid_action_rate']:.2f}")
+        title = f"after {cfg.algo.name} ({cfg.iterations} it)"
+        if cfg.iterations > start and selected is not None:  # the chosen weights are the run's result
+            _load_selected(trainer)
+            last_eval = trainer.evaluate(selected["iteration"])
+            where = ", ".join(f"{k} {v}" for k, v in cfg.env.select_kwargs.items()) or "the training envs"
+            echo(f"chose iteration {selected['iteration']} of {cfg.iterations}: success {100 * selected['success']:.1f}% "
+                 f"on {cfg.env.select_episodes} episodes of {where}")
+            summary["selected"] = {**selected, "weights": str(trainer.run_dir / SELECTED_FILE)}
+            title = f"after {cfg.algo.name} (it {selected['iteration']}/{cfg.iterations})"
         if cfg.iterations > start and last_eval:
             summary["evals"]["after RL"] = last_eval
-            echo(format_success(f"after {cfg.algo.name} ({cfg.iterations} it)", last_eval))
+            echo(format_success(title, last_eval))
             before = summary["evals"].get("after SFT") or summary["evals"].get("initial")
             if before:
                 echo(format_gain(before, last_eval))
