@@ -91,6 +91,8 @@ def run_train_command(args: argparse.Namespace) -> int:
     print(f"run folder: {summary['run_dir']}  (config.yaml, metrics.jsonl, tensorboard/, checkpoints/)")
     if summary.get("final_checkpoint"):
         print(f"checkpoint: {summary['final_checkpoint']}")
+    if summary.get("selected"):  # select_every: the run's result, not the last checkpoint
+        print(f"chosen weights: {summary['selected']['weights']} (iteration {summary['selected']['iteration']})")
     if summary.get("curve"):
         print(f"learning curve: {summary['curve']}")
     print(f"took {summary['seconds'] / 60:.1f} min")

@@ -11,6 +11,9 @@ task type), the paired difference GiGPO - GRPO with a 95% confidence interval
 before it (one algorithm may peak earlier and fall after), the training-rollout
 learning curves of both in one PNG, and GiGPO's step-group diagnostics (size
 histogram, share of rows in singleton groups: those get no step-level signal).
+A run's result is its last iteration, whatever the config says; with ``--set
+select_every=N --set "env.select_kwargs={split: valid_unseen}"`` it is the iteration
+that scores best on the selection split instead (both algorithms chosen alike).
 
     python benchmarks/bench_learning.py --seeds 0 1 2 3 4 --iterations 30 --jobs 2
     python benchmarks/bench_learning.py --report runs/bench_learning   # re-aggregate finished runs
@@ -56,7 +59,7 @@ def run_config(args, seed: int, algo: str):
     from gigpo_gym.algos.training.config import load_config
 
     return load_config(args.config, [
-        *args.set, f"iterations={args.iterations}", f"env.eval_episodes={args.eval_episodes}",
+        "select_every=0", *args.set, f"iterations={args.iterations}",  # the protocol's end point, unless --set f"env.eval_episodes={args.eval_episodes}",
         f"eval_every={args.eval_every}", f"seed={seed}", f"algo.name={algo}", f"algo.kwargs={ALGO_KWARGS.get(algo, '{}')}",
         "sft.steps=0", "eval_before=true", "progress=false", f"run_dir={Path(args.run_root) / f'seed{seed}-{algo}'}",
     ])

@@ -19,7 +19,8 @@ def add_cli(subparsers) -> None:
         help="evaluate a policy on the leaderboard specs (or `render` the board)",
         description="Evaluate a policy on versioned specs and write one result JSON per spec, or "
         "`gigpo-gym leaderboard render` to merge the results into LEADERBOARD.md and a chart.",
-        epilog="POLICY: random | expert | smollm2 | a trainer run / checkpoint folder | a Hugging Face model folder | "
+        epilog="POLICY: random | expert | smollm2 | a trainer run / checkpoint folder / its selected.safetensors | "
+        "a Hugging Face model folder | "
         "a hub id already in the local HF cache | sb3:PATH.zip",
     )
     p.add_argument("action", nargs="?", choices=("run", "render"), default="run",
