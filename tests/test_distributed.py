@@ -115,16 +115,27 @@ def test_a_finished_run_leaves_no_trainer_to_interpreter_shutdown(tmp_path):
     ("fsdp", "fsdp"), pytest.param("zero3", "zero2", marks=needs_deepspeed), pytest.param("zero2", "zero3", marks=needs_deepspeed),
 ])
 def test_training_logs_once_and_resumes_on_another_process_count(tmp_path, trained, resumed):
-    args = overrides(tmp_path, "env.num_groups=3", "iterations=2", "eval_every=1")
+    args = overrides(tmp_path, "env.num_groups=3", "iterations=2", "eval_every=1", "select_every=1",
+                     "env.select_kwargs={split: test}", "env.select_episodes=2")
     result = torchrun("train", tmp_path, args, kind=trained)
     assert result.returncode == 0, result.stderr[-4000:]
     run = tmp_path / "run"
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in records] == [0, 1, 2]  # one record per iteration, from rank 0
-    assert records[-1]["rollout/rows"] > 0 and "eval/success" in records[-1]
+    assert records[-1]["rollout/rows"] > 0 and "eval/success" in records[-1] and "select/success" in records[-1]
     assert len(list((run / "tensorboard").iterdir())) == 1
     engine = {"fsdp": "fsdp", "zero2": "deepspeed_zero2", "zero3": "deepspeed_zero3"}[trained]
-    assert json.loads((run / "summary.json").read_text())["engine"] == engine
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["engine"] == engine
+    # the chosen weights are the whole model, written from rank 0's full copy
+    assert summary["selected"]["iteration"] in (1, 2) and "after RL" in summary["evals"]
+    chosen = Trainer(load_config(None, args))
+    try:
+        from safetensors.torch import load_model
+
+        load_model(chosen.policy, str(run / "selected.safetensors"))
+    finally:
+        chosen.close()
     assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter-000001", "iter-000002"]
     saved = ckpt.latest_checkpoint(run / "checkpoints")
     ckpt.verify_checkpoint(saved)
