@@ -59,7 +59,8 @@ def run_config(args, seed: int, algo: str):
     from gigpo_gym.algos.training.config import load_config
 
     return load_config(args.config, [
-        "select_every=0", *args.set, f"iterations={args.iterations}",  # the protocol's end point, unless --set f"env.eval_episodes={args.eval_episodes}",
+        "select_every=0",  # the protocol's end point is the last iteration, unless --set asks otherwise
+        *args.set, f"iterations={args.iterations}", f"env.eval_episodes={args.eval_episodes}",
         f"eval_every={args.eval_every}", f"seed={seed}", f"algo.name={algo}", f"algo.kwargs={ALGO_KWARGS.get(algo, '{}')}",
         "sft.steps=0", "eval_before=true", "progress=false", f"run_dir={Path(args.run_root) / f'seed{seed}-{algo}'}",
     ])

@@ -98,3 +98,14 @@ def test_launch_skips_a_finished_run_resumes_a_shorter_one_and_refuses_a_longer_
     bench.launch(longer, 0, "gigpo")  # stopped short of 40: its training runs (and resumes there)
     assert len(started) == 1 and started[0][2:5] == ["--one", "0", "gigpo"] and "40" in started[0]
     assert "finished seed 0 gigpo" in capsys.readouterr().out
+
+
+def test_a_run_takes_the_protocols_settings_over_the_config_and_keeps_its_last_iteration_unless_asked():
+    demo = str(ROOT / "configs" / "demo.yaml")
+    args = argparse.Namespace(run_root="runs/x", iterations=30, config=demo, eval_episodes=128, eval_every=10, set=[])
+    bench = load_bench()
+    cfg = bench.run_config(args, 3, "grpo")
+    assert (cfg.env.eval_episodes, cfg.eval_every, cfg.iterations, cfg.seed) == (128, 10, 30, 3)  # not the demo's 512
+    assert cfg.select_every == 0 and cfg.algo.name == "grpo" and cfg.sft.steps == 0
+    args.set = ["select_every=5", "env.select_kwargs={split: valid_unseen}"]
+    assert bench.run_config(args, 3, "grpo").select_every == 5
