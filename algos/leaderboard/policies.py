@@ -232,13 +232,13 @@ def _load_checkpoint(found, text, env_id, device, seed, temperature, max_new_tok
 
 def _load_selected_file(path: Path, policy: Any) -> dict[str, Any]:
     """Load a run's ``selected.safetensors``; its trainer state is the iteration the file records."""
-    from safetensors import safe_open
     from safetensors.torch import load_model
+
+    from gigpo_gym.algos.training.trainer import read_selected
 
     try:
         load_model(policy, str(path))
-        with safe_open(str(path), "pt") as f:
-            return {"iteration": int((f.metadata() or {}).get("iteration", 0))}
+        return {"iteration": (read_selected(path) or {"iteration": 0})["iteration"]}
     except Exception as e:  # safetensors raises several types on damaged or mismatched files
         raise LeaderboardError(f"cannot load {path} into the run's model: {e}") from e
 

@@ -585,18 +585,22 @@ def _save_selected(trainer: Trainer, iteration: int, success: float) -> dict[str
     return {"iteration": iteration, "success": success}
 
 
-def _read_selected(run_dir: Path, before: int) -> dict[str, Any] | None:
-    """The choice so far of a resumed run: the kept weights, unless they come from an iteration it trains again."""
+def read_selected(path: Path) -> dict[str, Any] | None:
+    """The iteration and selection success a ``selected.safetensors`` records (None: it records none)."""
     from safetensors import safe_open
 
-    path = run_dir / SELECTED_FILE
-    if not path.is_file():
-        return None
     with safe_open(str(path), "pt") as f:
         meta = f.metadata() or {}
-    if "iteration" not in meta or int(meta["iteration"]) > before:
+    if "iteration" not in meta:
         return None
     return {"iteration": int(meta["iteration"]), "success": float(meta["success"])}
+
+
+def _read_selected(run_dir: Path, before: int) -> dict[str, Any] | None:
+    """The choice so far of a resumed run: the kept weights, unless they come from an iteration it trains again."""
+    path = run_dir / SELECTED_FILE
+    chosen = read_selected(path) if path.is_file() else None
+    return chosen if chosen is not None and chosen["iteration"] <= before else None
 
 
 def _load_selected(trainer: Trainer) -> None:
