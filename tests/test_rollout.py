@@ -8,7 +8,7 @@ from helpers_fake import CORRIDOR_ID
 
 import gigpo_gym
 from gigpo_gym.algos.policies.base import Generation, SamplingParams
-from gigpo_gym.algos.policies.reference import ExpertPolicy
+from gigpo_gym.algos.policies.reference import ExpertPolicy, RandomAdmissiblePolicy
 from gigpo_gym.algos.estimators.registry import get_algorithm
 from gigpo_gym.algos.training.metrics import rollout_metrics
 from gigpo_gym.algos.training.rollout import RewardShaping, collect, llm_wrapper
@@ -53,6 +53,44 @@ def test_invalid_actions_are_penalised_and_the_time_limit_ends_episodes():
     assert [e.length for e in out.episodes] == [8, 8]  # the registered max_episode_steps
     assert out.rewards == [-0.25] * 16 and not any(out.action_valid)
     assert out.generated_tokens == 16 * 3
+    envs.close()
+
+
+def test_steps_back_into_a_state_already_seen_pay_the_revisit_penalty():
+    envs = make_envs(1, 2)
+    pacer = ScriptedPolicy(lambda p: "<action>go east</action>" if "in room 0." in p.split("Current observation")[-1]
+                           else "<action>go west</action>")
+    out = collect(pacer, envs, SamplingParams(), seed=0, shaping=RewardShaping(scale=10.0, revisit_penalty=0.5))
+    # rows step by step, both episodes: room 0 -> 1 is new; every later step walks back into a room seen before
+    assert out.rewards == [0.0, 0.0] + [-0.5] * 14
+    assert out.penalties == [0.0, 0.0] + [0.5] * 14
+    # the expert never goes back, and its winning step (which stays in the last room) is no revisit
+    expert = collect(ExpertPolicy(), envs, SamplingParams(), seed=0, shaping=RewardShaping(revisit_penalty=0.5))
+    assert all(p == 0.0 for p in expert.penalties) and sum(expert.rewards) == 10.0 * len(expert.episodes)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        RewardShaping(revisit_penalty=-1.0)
+    envs.close()
+
+
+def test_each_step_samples_with_a_seed_of_its_own_so_a_seeded_policy_does_not_repeat_its_draws():
+    class Recording(RandomAdmissiblePolicy):
+        def generate(self, prompts, sampling, contexts=None):
+            seeds.append(sampling.seed)
+            gens = super().generate(prompts, sampling, contexts)
+            actions.append([g.text for g in gens])
+            return gens
+
+    envs = make_envs(1, 4)
+    runs = []
+    for _ in range(2):
+        seeds, actions = [], []
+        collect(Recording(), envs, SamplingParams(seed=7), seed=0)
+        runs.append((seeds, actions))
+    seeds, actions = runs[0]
+    assert len(seeds) == len(set(seeds)) > 3 and seeds == [SamplingParams(seed=7).for_call(k).seed for k in range(len(seeds))]
+    assert runs[0] == runs[1]  # same seed, same transcript
+    # one seed for every step would give each row the same draw, and so the same action, at every step
+    assert all(len({step[row] for step in actions}) > 1 for row in range(4))
     envs.close()
 
 

@@ -21,7 +21,7 @@ import functools
 import math
 import platform
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import gymnasium as gym
@@ -47,7 +47,6 @@ from gigpo_gym.algos.leaderboard.specs import (  # noqa: F401  (re-exported: the
 from gigpo_gym.algos.policies.base import SamplingParams
 from gigpo_gym.algos.training.rollout import info_at, llm_wrapper
 from gigpo_gym.core.anchor import digest
-from gigpo_gym.core.env import derive_seed
 
 # -- crash isolation --------------------------------------------------------------------
 class CrashGuard(gym.Wrapper):
@@ -171,7 +170,7 @@ def play_round(policy: Any, envs: Any, sampling: SamplingParams, round_seed: int
                          "expert_action": experts[i] if experts is not None else None,
                          "observation": str(info_at(infos, "observation", i, "")), "task": tasks[i],
                          **{k: info_at(infos, k, i) for k in extra_keys}} for i in rows]
-        step_sampling = sampling if sampling.seed is None else _with_seed(sampling, derive_seed(sampling.seed, round_seed, step))
+        step_sampling = sampling.for_call(round_seed, step)
         texts = _generate_guarded(policy, [obs[i] for i in rows], step_sampling, contexts, batch_size)
         actions = [""] * n
         for i, text in zip(rows, texts):
@@ -206,10 +205,6 @@ def play_round(policy: Any, envs: Any, sampling: SamplingParams, round_seed: int
             rec.won = False
             rec.final = {k: 0.0 for k in rec.final}
     return records
-
-
-def _with_seed(sampling: SamplingParams, seed: int) -> SamplingParams:
-    return replace(sampling, seed=seed)
 
 
 def stat(values: Sequence[float]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ Hugging Face one (``policies.hf``) and the non-trainable reference policies
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
 
@@ -39,6 +39,19 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    def for_call(self, *keys: int) -> "SamplingParams":
+        """These settings with a seed of their own for one ``generate`` call (one step of an episode).
+
+        A seeded policy restarts its generator on every call, so steps that passed the same
+        seed would draw the same random numbers: row i would make the same draw at every step
+        and, in a state it has seen, the same choice, walking in the circle it is in.
+        """
+        if self.seed is None:
+            return self
+        from gigpo_gym.core.env import derive_seed
+
+        return replace(self, seed=derive_seed(self.seed, *keys))
 
 
 @dataclass

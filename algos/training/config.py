@@ -138,6 +138,9 @@ class EnvConfig:
     """'won' (scale x success) or 'env' (scale x the env's reward)."""
     invalid_action_penalty: float = 0.1
     """Subtracted per invalid step (paper: 0.1 ALFWorld/WebShop, 0.01 search)."""
+    revisit_penalty: float = 0.0
+    """Subtracted per step that returns the episode to a state (anchor) it had already been in (0: off;
+    training only, a shaping the paper does not use)."""
 
 
 @dataclass
@@ -258,6 +261,7 @@ class TrainConfig:
             ("keep_checkpoints", self.keep_checkpoints, 1), ("save_every", self.save_every, 1),
             ("sft.steps", self.sft.steps, 0), ("sft.batch_size", self.sft.batch_size, 1),
             ("select_every", self.select_every, 0), ("env.select_episodes", e.select_episodes, 1),
+            ("env.invalid_action_penalty", e.invalid_action_penalty, 0), ("env.revisit_penalty", e.revisit_penalty, 0),
         ):
             if value < low:
                 raise ConfigError(f"{name} must be >= {low}, got {value}")

@@ -30,18 +30,24 @@ class RewardShaping:
     source: str = "won"
     #: Subtracted on every step whose action was invalid.
     invalid_action_penalty: float = 0.1
+    #: Subtracted on every step, short of the winning one, that leaves the episode in a state
+    #: (anchor) it had already been in: no progress, such as walking back and forth. 0: off.
+    revisit_penalty: float = 0.0
 
     def __post_init__(self) -> None:
         if self.source not in ("won", "env"):
             raise ValueError(f"reward source must be 'won' or 'env', got {self.source!r}")
+        if self.invalid_action_penalty < 0 or self.revisit_penalty < 0:
+            raise ValueError("penalties are subtracted and must be >= 0, got "
+                             f"invalid_action_penalty={self.invalid_action_penalty}, revisit_penalty={self.revisit_penalty}")
 
-    def __call__(self, env_reward: float, won: bool, valid: bool) -> float:
+    def __call__(self, env_reward: float, won: bool, valid: bool, revisit: bool = False) -> float:
         base = float(won) if self.source == "won" else float(env_reward)
-        return self.scale * base - self.penalty(valid)
+        return self.scale * base - self.penalty(valid, revisit)
 
-    def penalty(self, valid: bool) -> float:
-        """The part of a step's reward that is the invalid-action penalty."""
-        return 0.0 if valid else self.invalid_action_penalty
+    def penalty(self, valid: bool, revisit: bool = False) -> float:
+        """The part of a step's reward that is penalties (invalid action, return to a state already seen)."""
+        return (0.0 if valid else self.invalid_action_penalty) + (self.revisit_penalty if revisit else 0.0)
 
 
 @dataclass
@@ -212,14 +218,17 @@ def collect(
             )
         )
     active = np.ones(n, dtype=bool)
+    visited = [{str(info_at(infos, "anchor", i, ""))} for i in range(n)]  # states each episode has been in
     step = 0
     while active.any():
         rows = np.flatnonzero(active)
         prompts = [obs[i] for i in rows]
         contexts = _contexts(policy, envs, infos, rows)
         t0 = time.perf_counter()
+        step_sampling = sampling.for_call(step)
         gens: Sequence[Generation] = (
-            policy.generate(prompts, sampling) if contexts is None else policy.generate(prompts, sampling, contexts)
+            policy.generate(prompts, step_sampling) if contexts is None
+            else policy.generate(prompts, step_sampling, contexts)
         )
         out.generate_seconds += time.perf_counter() - t0
         actions = [""] * n
@@ -230,12 +239,15 @@ def collect(
             ep = out.episodes[i]
             valid = bool(info_at(next_infos, "action_valid", i, True))
             won = bool(info_at(next_infos, "won", i, False))
-            reward = shaping(float(rewards[i]), won, valid)
+            reached = str(info_at(next_infos, "anchor", i, ""))
+            revisit = not won and bool(reached) and reached in visited[i]
+            visited[i].add(reached)
+            reward = shaping(float(rewards[i]), won, valid, revisit)
             out.group_ids.append(ep.group_id)
             out.traj_ids.append(ep.traj_id)
             out.step_ids.append(step)
             out.rewards.append(reward)
-            out.penalties.append(shaping.penalty(valid))
+            out.penalties.append(shaping.penalty(valid, revisit))
             out.anchors.append(str(info_at(infos, "anchor", i, "")))
             out.anchor_texts.append(str(info_at(infos, "anchor_text", i, "")))
             out.action_valid.append(valid)

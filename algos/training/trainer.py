@@ -177,7 +177,8 @@ class Trainer:
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, weight_decay=o.weight_decay)
         self.reference = None
-        self.shaping = RewardShaping(cfg.env.reward_scale, cfg.env.reward_source, cfg.env.invalid_action_penalty)
+        self.shaping = RewardShaping(cfg.env.reward_scale, cfg.env.reward_source, cfg.env.invalid_action_penalty,
+                                     cfg.env.revisit_penalty)
         with self.parallel.main_first():
             self.envs = gigpo_gym.make_grouped(
                 e.id, groups, e.group_size, backend=e.backend, seed=cfg.seed, env_kwargs=e.kwargs,
