@@ -44,8 +44,8 @@ class SamplingParams:
         """These settings with a seed of their own for one ``generate`` call (one step of an episode).
 
         A seeded policy restarts its generator on every call, so steps that passed the same
-        seed would draw the same random numbers: row i would make the same draw at every step
-        and, in a state it has seen, the same choice, walking in the circle it is in.
+        seed would draw the same random numbers: row i would make the same draw at every step,
+        and back in a state it had seen, tend to repeat its choice.
         """
         if self.seed is None:
             return self
