@@ -67,8 +67,9 @@ def test_steps_back_into_a_state_already_seen_pay_the_revisit_penalty():
     # the expert never goes back, and its winning step (which stays in the last room) is no revisit
     expert = collect(ExpertPolicy(), envs, SamplingParams(), seed=0, shaping=RewardShaping(revisit_penalty=0.5))
     assert all(p == 0.0 for p in expert.penalties) and sum(expert.rewards) == 10.0 * len(expert.episodes)
-    with pytest.raises(ValueError, match="must be >= 0"):
-        RewardShaping(revisit_penalty=-1.0)
+    for bad in ({"revisit_penalty": -1.0}, {"invalid_action_penalty": -1.0}):
+        with pytest.raises(ValueError, match="must be >= 0"):
+            RewardShaping(**bad)
     envs.close()
 
 

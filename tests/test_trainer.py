@@ -194,6 +194,8 @@ def test_bad_config_keys_and_values_are_named(tmp_path):
     assert load_config(None, ["optim.lr=1e-5"]).optim.lr == 1e-5  # YAML reads 1e-5 as a string
     with pytest.raises(ConfigError, match="env.revisit_penalty must be >= 0, got -0.1"):
         load_config(None, ["env.revisit_penalty=-0.1"])
+    with pytest.raises(ConfigError, match="env.invalid_action_penalty must be >= 0, got -0.1"):
+        load_config(None, ["env.invalid_action_penalty=-0.1"])
 
 
 def test_surrogate_clips_and_kl_is_the_k3_estimator():
