@@ -116,8 +116,15 @@ def test_a_kl_reset_anchors_the_kl_to_the_policy_of_its_iteration_and_a_resume_f
         small_config(tmp_path, "optim.kl_reset_every=2", "optim.kl_coef=0")
 
 
-def test_select_every_makes_the_best_iteration_on_the_selection_split_the_runs_result(tmp_path):
+def test_select_every_makes_the_best_iteration_on_the_selection_split_the_runs_result(tmp_path, monkeypatch):
     """The weights that score best on the selection envs are the ones evaluated "after RL", also after a resume."""
+    from gigpo_gym.algos.training.trainer import Trainer
+
+    held_out_runs = []
+    evaluate = Trainer.evaluate
+    monkeypatch.setattr(Trainer, "evaluate", lambda self, on="eval": (held_out_runs.append(on == "eval"),
+                                                                       evaluate(self, on))[1])
+
     def train(folder, iterations, *extra, resume=None):
         cfg = small_config(tmp_path / folder, "sft.steps=2", "sft.episodes=2", "eval_every=1", "select_every=1",
                            "env.select_episodes=4", "env.select_kwargs={split: test}", "keep_checkpoints=4",
@@ -128,6 +135,7 @@ def test_select_every_makes_the_best_iteration_on_the_selection_split_the_runs_r
         return summary, records, policy
 
     summary, records, policy = train("straight", 3)
+    assert sum(held_out_runs) == 1 + 3  # after SFT, then each iteration; the chosen one's is not played again
     scores = [(r["iteration"], r["select/success"]) for r in records if "select/success" in r]
     assert [it for it, _ in scores] == [1, 2, 3]
     best = max(scores, key=lambda s: (s[1], -s[0]))[0]  # the highest score, the earliest on ties

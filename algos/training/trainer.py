@@ -256,7 +256,7 @@ class Trainer:
         """A random stream of this process (one process: the run's own stream, as before)."""
         return seed if self.parallel.world == 1 else derive_seed(seed, self.parallel.rank)
 
-    def evaluate(self, iteration: int, on: str = "eval") -> dict[str, float]:
+    def evaluate(self, on: str = "eval") -> dict[str, float]:
         """Success per task type on the held-out envs (``on="eval"``) or the selection envs (``"select"``).
 
         Fixed tasks at the eval temperature, so two evaluations differ only by the policy.
@@ -681,12 +681,12 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
             if main:
                 keep_iterations(trainer.run_dir / "metrics.jsonl", -1)
             if cfg.eval_before and trainer.eval_envs is not None:
-                summary["evals"]["initial"] = trainer.evaluate(0)
+                summary["evals"]["initial"] = trainer.evaluate()
                 echo(format_success("initial", summary["evals"]["initial"]))
             if cfg.sft.steps:  # before the model is wrapped: every process runs the same warm start
                 summary["sft_loss"] = _warm_start(trainer, echo)
                 if trainer.eval_envs is not None:
-                    summary["evals"]["after SFT"] = trainer.evaluate(0)
+                    summary["evals"]["after SFT"] = trainer.evaluate()
                     echo(format_success("after SFT", summary["evals"]["after SFT"]))
             trainer.prepare()
             trainer.freeze_reference()
@@ -695,6 +695,7 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
             trainer.log({"iteration": 0, **first})
         bar = tqdm(range(start + 1, cfg.iterations + 1), desc=f"{cfg.algo.name}", disable=not (cfg.progress and main))
         last_eval: dict[str, float] = {}
+        held_out: dict[int, dict[str, float]] = {}  # this process's held-out evaluations, by iteration
         selected = _read_selected(trainer.run_dir, start) if resume and trainer.select_envs is not None else None
         for it in bar:
             t0 = time.perf_counter()
@@ -706,12 +707,12 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
             record.update(trainer.update(rollout, it, whole))
             record["train/seconds"] = time.perf_counter() - t1
             if trainer.select_envs is not None and (it % cfg.select_every == 0 or it == cfg.iterations):
-                scores = trainer.evaluate(it, on="select")
+                scores = trainer.evaluate(on="select")
                 record.update(scores)
                 if selected is None or scores["select/success"] > selected["success"]:  # ties: the earlier
                     selected = _save_selected(trainer, it, scores["select/success"])
             if (cfg.eval_every and it % cfg.eval_every == 0) or (it == cfg.iterations and selected is None):
-                last_eval = trainer.evaluate(it)
+                last_eval = held_out[it] = trainer.evaluate()
                 record.update(last_eval)
             record["time/iteration_seconds"] = time.perf_counter() - t0
             trainer.log(record)
@@ -726,7 +727,7 @@ def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | N
         title = f"after {cfg.algo.name} ({cfg.iterations} it)"
         if cfg.iterations > start and selected is not None:  # the chosen weights are the run's result
             _load_selected(trainer)
-            last_eval = trainer.evaluate(selected["iteration"])
+            last_eval = held_out.get(selected["iteration"]) or trainer.evaluate()  # the same tasks and seeds: no rerun
             where = ", ".join(f"{k} {v}" for k, v in cfg.env.select_kwargs.items()) or "the training envs"
             echo(f"chose iteration {selected['iteration']} of {cfg.iterations}: success {100 * selected['success']:.1f}% "
                  f"on {cfg.env.select_episodes} episodes of {where}")
