@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
 
+from gigpo_gym.core.env import derive_seed
+
 if TYPE_CHECKING:  # the interface itself needs no torch: reference policies run without it
     import torch
 
@@ -49,8 +51,6 @@ class SamplingParams:
         """
         if self.seed is None:
             return self
-        from gigpo_gym.core.env import derive_seed
-
         return replace(self, seed=derive_seed(self.seed, *keys))
 
 
