@@ -47,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RECIPE = "alfworld_qwen2.5_1.5b"
 #: Seconds each step may take at most (less when the budget is nearly spent).
-LIMITS = {"model": 120, "iteration-hf": 240, "iteration-vllm": 300, "same-seed": 120, "tests-cuda": 120,
+LIMITS = {"model": 120, "iteration-hf": 300, "iteration-vllm": 300, "same-seed": 120, "tests-cuda": 120,
           "tests-distributed": 300}
 CUDA_TESTS = ("tests/test_vllm_backend.py",)
 DISTRIBUTED_TESTS = ("tests/test_distributed.py",)

@@ -49,7 +49,8 @@ needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is No
 
 
 def torchrun(scenario: str, out: Path, args: list[str], processes: int = 2, kind: str = "ddp", timeout: float = 120):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **LAUNCH_ENV[kind]}
+    # CUDA hidden: these runs are CPU (gloo) runs, and FSDP2 would place its default mesh on a visible GPU
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **LAUNCH_ENV[kind]}
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
                f"--master_port={free_port()}", "--max_restarts=0", "--monitor_interval=1",
                str(TESTS / "dist_worker.py"), scenario, str(out), json.dumps(args)]
