@@ -9,7 +9,7 @@ rows end at different steps, as in a rollout).  ``--weights`` loads trained weig
 (e.g. a warm start, whose replies end early), which is where the loops differ: the
 package's drops a row that has ended from the batch and its KV cache.
 
-    python benchmarks/bench_decode.py --prompts 32 --weights runs/bench_llm_learning/warm_start.safetensors
+    python benchmarks/bench_decode.py --prompts 32 --weights runs/bench_llm_learning/warm-start/selected.safetensors
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ admissible-action scoring), measured at three points on the same held-out questi
 1. zero-shot: the untrained model;
 2. after SFT: one warm start on the expert's transcripts (the config's ``sft``
    section, ``--warm-start-seed``), trained once and saved as
-   ``RUN_ROOT/warm_start.safetensors``;
+   ``RUN_ROOT/warm-start/selected.safetensors`` (a folder the leaderboard reads);
 3. after RL: for every seed, GiGPO and GRPO each train a copy of the warm start
    with the same task groups and sampling seeds (a matched pair).
 
@@ -66,22 +66,33 @@ def run_config(args, seed: int, algo: str):
 
 # -- stages ------------------------------------------------------------------------------
 def warm_start(args) -> Path:
-    """The shared SFT warm start's weights (trained once, then reused)."""
-    path = Path(args.run_root) / "warm_start.safetensors"
+    """The shared SFT warm start's weights (trained once, then reused).
+
+    Written as a run folder the leaderboard reads (``config.yaml`` and the weights as
+    ``selected.safetensors``, iteration 0): ``gigpo-gym leaderboard --policy
+    RUN_ROOT/warm-start/selected.safetensors`` evaluates it with the recipe's prompts.
+    """
+    from gigpo_gym.algos.training.trainer import SELECTED_FILE
+
+    folder = Path(args.run_root) / "warm-start"
+    path = folder / SELECTED_FILE
     if path.is_file():
         return path
     from safetensors.torch import save_model
 
+    from gigpo_gym.algos.training.config import save_config
     from gigpo_gym.algos.training.trainer import Trainer, _warm_start
     from gigpo_gym.core.data import replacing
 
     started = time.perf_counter()
-    trainer = Trainer(warm_start_config(args))
+    cfg = warm_start_config(args)
+    trainer = Trainer(cfg)
     try:
         losses = _warm_start(trainer, echo=print)
+        save_config(cfg, folder / "config.yaml")
         with replacing(path) as tmp:
-            save_model(trainer.policy, str(tmp), metadata={"seconds": repr(time.perf_counter() - started),
-                                                           "loss": json.dumps(losses)})
+            save_model(trainer.policy, str(tmp), metadata={"iteration": "0", "success": "nan", "loss": json.dumps(losses),
+                                                           "seconds": repr(time.perf_counter() - started)})
     finally:
         trainer.close()
     return path
@@ -120,7 +131,7 @@ def evaluate(args, policy, cfg) -> dict[str, Any]:
     started = time.perf_counter()
     obs = [env.reset(seed=0, options={"task_id": t})[0] for env, t in zip(envs, task_ids)]
     records = [{"task_id": t, "task_type": "", "won": False, "score": 0.0, "steps": 0, "invalid": 0, "cut": 0,
-                "replies": []} for t in task_ids]
+                "replies": [], "actions": []} for t in task_ids]
     active, step, tokens = list(range(len(envs))), 0, 0
     while active:
         gens = policy.generate([obs[i] for i in active], sampling.for_call(step))
@@ -133,6 +144,7 @@ def evaluate(args, policy, cfg) -> dict[str, Any]:
             r["invalid"] += int(not info.get("action_valid", True))
             r["cut"] += int(not g.finished)
             r["replies"].append(g.text)
+            r["actions"].append(info.get("parsed_action"))
             r["score"] += float(reward)
             r["won"] = r["won"] or bool(info.get("won"))
             tokens += len(g.response_ids)
@@ -204,7 +216,9 @@ def format_em(episodes) -> str:
     mean, sem = em_sem([e["won"] for e in episodes])
     cells = "  ".join(f"{t} {100 * m:5.1f} +- {100 * s:4.1f}" for t, (m, s, _) in by_type(episodes).items())
     invalid = sum(e["invalid"] for e in episodes) / max(sum(e["steps"] for e in episodes), 1)
-    return f"EM {100 * mean:5.1f} +- {100 * sem:4.1f} (n={len(episodes)})  {cells}  | invalid {100 * invalid:4.1f}%"
+    steps = np.mean([e["steps"] for e in episodes])
+    return (f"EM {100 * mean:5.1f} +- {100 * sem:4.1f} (n={len(episodes)})  {cells}  | invalid {100 * invalid:4.1f}%"
+            f"  steps {steps:.2f}")
 
 
 def paired_gain(before, after) -> dict[str, float]:

@@ -92,7 +92,8 @@ def test_the_searchqa_recipe_runs_sft_and_one_rl_iteration_end_to_end(tmp_path, 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # any download attempt would fail the test
     cfg = load_config(RECIPE, [
         "model.device=cpu", "sft.steps=1", "sft.episodes=1", "sft.batch_size=2", "iterations=1", "env.num_groups=1",
-        "env.group_size=2", "env.eval_episodes=1", "sampling.max_new_tokens=8", "optim.micro_batch_size=4",
+        "env.group_size=2", "env.eval_episodes=1", "env.kwargs={split: train, world_size: 800, topk: 1, max_episode_steps: 3}",
+        "sampling.max_new_tokens=8", "optim.micro_batch_size=4",
         "progress=false", f"run_dir={tmp_path}",
     ])
     policy = build_policy(cfg)
