@@ -76,6 +76,15 @@ def test_stop_strings_end_a_row(policy):
     assert stopped.finished and len(stopped.response_ids) <= 2 and stopped.text.endswith(first)
 
 
+def test_a_gpu_decodes_a_recipe_s_rollout_in_one_pass_and_a_cpu_in_several():
+    from gigpo_gym.algos.policies import decode
+
+    rows = list(range(128))  # the 1.5B recipe's 16 groups x 8, prompts of ~300 tokens and 192-token answers
+    sizes = [300 + 192] * len(rows)
+    assert len(decode.passes(rows, sizes, decode.pass_budget(torch.device("cuda")))) == 1
+    assert len(decode.passes(rows, sizes, decode.pass_budget(torch.device("cpu")))) == 4
+
+
 def test_log_probs_match_full_logits_but_lm_head_sees_only_response_positions(policy):
     batch = TokenBatch([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14]])
     seen = []

@@ -17,7 +17,7 @@ import torch
 from gigpo_gym.algos.policies.base import Generation, SamplingParams
 
 
-def tokens_per_pass(device: torch.device) -> int:
+def pass_budget(device: torch.device) -> int:
     """How many tokens (rows x longest prompt plus reply) one pass holds on ``device``.
 
     A GPU's step costs about the same for 30 rows as for 300, so its passes are large
@@ -29,8 +29,12 @@ def tokens_per_pass(device: torch.device) -> int:
 
 
 def generate(policy: Any, prompt_ids: list[list[int]], sampling: SamplingParams, gen: torch.Generator,
-             tokens_per_pass: int = 16384) -> list[Generation]:
-    """One reply per prompt; passes run in order on ``gen``, so a seed gives the same replies in any process."""
+             tokens_per_pass: int | None = None) -> list[Generation]:
+    """One reply per prompt; passes run in order on ``gen``, so a seed gives the same replies in any process.
+
+    ``tokens_per_pass`` defaults to what suits the policy's device (``pass_budget``).
+    """
+    tokens_per_pass = tokens_per_pass or pass_budget(policy.device)
     by_length = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
     out: list[Generation | None] = [None] * len(prompt_ids)
     for part in passes(by_length, [len(p) + sampling.max_new_tokens for p in prompt_ids], tokens_per_pass):

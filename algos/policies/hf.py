@@ -337,7 +337,7 @@ class HFPolicy(nn.Module):
         gen = self._generator
         if sampling.seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(int(sampling.seed))
-        return decode.generate(self, prompt_ids, sampling, gen, decode.tokens_per_pass(self.device))
+        return decode.generate(self, prompt_ids, sampling, gen)
 
     def _left_padded(self, prompt_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Ids and attention mask with every prompt ending at the same position (for a shared KV cache)."""
