@@ -81,7 +81,7 @@ def test_a_gpu_decodes_a_recipe_s_rollout_in_one_pass_and_a_cpu_in_several():
 
     rows = list(range(128))  # the 1.5B recipe's 16 groups x 8, prompts of ~300 tokens and 192-token answers
     sizes = [300 + 192] * len(rows)
-    assert len(decode.passes(rows, sizes, decode.pass_budget(torch.device("cuda")))) == 1
+    assert len(decode.passes(rows, sizes, decode.pass_budget(torch.device("cuda:0")))) == 1
     assert len(decode.passes(rows, sizes, decode.pass_budget(torch.device("cpu")))) == 4
 
 
