@@ -17,6 +17,7 @@ that scores best on the selection split instead (both algorithms chosen alike).
 
     python benchmarks/bench_learning.py --seeds 0 1 2 3 4 --iterations 30 --jobs 2
     python benchmarks/bench_learning.py --report runs/bench_learning   # re-aggregate finished runs
+    python benchmarks/bench_learning.py --replot result.json --plot result.png   # redraw from a results JSON
 
 ``--jobs 2`` runs two trainings at once, one torch thread each (on a 2-core machine
 this beats one two-thread run after another).  A run that has finished its
@@ -269,6 +270,11 @@ def plot(args, runs, seeds, result, path: Path) -> None:
         curve.errorbar(its, [np.mean(evals[i]) for i in its],
                        yerr=[np.std(evals[i], ddof=1) / math.sqrt(len(evals[i])) if len(evals[i]) > 1 else 0 for i in its],
                        fmt="o--", color=line.get_color(), label=f"{algo} held-out", capsize=3)
+        chosen = [(runs[(s, algo)]["selected_iteration"], runs[(s, algo)]["after"]) for s in seeds
+                  if runs[(s, algo)].get("selected_iteration") is not None]
+        if chosen:  # select_every: each seed's result is the iteration its selection score chose
+            curve.scatter(*zip(*chosen), marker="*", s=90, color=line.get_color(), edgecolors="black",
+                          linewidths=0.5, zorder=3, label=f"{algo} chosen iteration (one star a seed)")
     curve.set_xlabel("iteration")
     curve.set_ylabel("success rate")
     curve.set_title(f"mean +- s.e. over {len(seeds)} paired seeds")
@@ -288,6 +294,18 @@ def plot(args, runs, seeds, result, path: Path) -> None:
     print(f"wrote {path}")
 
 
+def replot(args, result_json: Path) -> None:
+    if not args.plot:
+        raise SystemExit("--replot needs --plot PNG: where to draw the figure")
+    result = json.loads(result_json.read_text())
+    args.algos = list(result["summary"])
+    runs = {}
+    for key, run in result["runs"].items():  # "seed3-gigpo"
+        seed, algo = key.removeprefix("seed").split("-", 1)
+        runs[(int(seed), algo)] = run
+    plot(args, runs, result["seeds"], result, Path(args.plot))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -304,12 +322,16 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=1, help="runs at once (each with one torch thread when > 1)")
     p.add_argument("--report", metavar="RUN_ROOT", default=None, help="only aggregate the finished runs under RUN_ROOT")
     p.add_argument("--plot", default=None, help="write the learning-curve PNG here")
+    p.add_argument("--replot", metavar="RESULT_JSON", default=None,
+                   help="only draw --plot again from a results JSON this script wrote (its runs folders may be gone)")
     p.add_argument("--out", default=None, help="write the results JSON here")
     p.add_argument("--warm-start-only", action="store_true", help="train (or find) the warm start, then stop")
     p.add_argument("--one", nargs=2, metavar=("SEED", "ALGO"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
         return train_one(args, int(args.one[0]), args.one[1])
+    if args.replot:
+        return replot(args, Path(args.replot))
     if args.report:
         args.run_root = args.report
     else:

@@ -109,3 +109,38 @@ def test_a_run_takes_the_protocols_settings_over_the_config_and_keeps_its_last_i
     assert cfg.select_every == 0 and cfg.algo.name == "grpo" and cfg.sft.steps == 0
     args.set = ["select_every=5", "env.select_kwargs={split: valid_unseen}"]
     assert bench.run_config(args, 3, "grpo").select_every == 5
+
+
+def test_a_figure_redrawn_from_the_results_json_equals_the_one_the_report_drew_and_stars_the_chosen_iteration(tmp_path, monkeypatch):
+    bench = load_bench()
+    for seed, algo, chosen in [(0, "gigpo", 10), (0, "grpo", 20), (1, "gigpo", 20), (1, "grpo", 10)]:
+        folder = tmp_path / "runs" / f"seed{seed}-{algo}"
+        write_run(folder, {0: 0.3, 10: 0.4 + 0.1 * seed, 20: 0.5})
+        rollouts = [{"iteration": it, "rollout/success": 0.3 + 0.01 * it, "rollout/rows": 64.0,
+                     "rollout/step_rows_in_shared_groups": 0.5, "rollout/step_group_size_hist/1": 20.0,
+                     "rollout/step_group_size_hist/2": 6.0} for it in range(1, 21)]
+        with (folder / "metrics.jsonl").open("a") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rollouts))
+        summary = json.loads((folder / "summary.json").read_text())
+        summary["evals"]["after RL"] = {"eval/success": 0.4 + 0.1 * seed if chosen == 10 else 0.5}
+        (folder / "summary.json").write_text(json.dumps({**summary, "selected": {"iteration": chosen}}))
+    drawn = tmp_path / "report.png"
+    args = argparse.Namespace(run_root=str(tmp_path / "runs"), seeds=[0, 1], algos=["gigpo", "grpo"], plot=str(drawn))
+    result = bench.report(args)
+    assert [result["runs"][f"seed{s}-gigpo"]["selected_iteration"] for s in (0, 1)] == [10, 20]
+    saved = tmp_path / "result.json"
+    saved.write_text(json.dumps({**result, "benchmark": "learning_gigpo_vs_grpo"}))
+
+    import matplotlib.axes
+
+    stars = []
+    original = matplotlib.axes.Axes.scatter
+    def recording_scatter(self, x, y, *a, **k):
+        stars.append((list(x), list(y), k.get("marker")))
+        return original(self, x, y, *a, **k)
+    monkeypatch.setattr(matplotlib.axes.Axes, "scatter", recording_scatter)
+    bench.replot(argparse.Namespace(plot=str(tmp_path / "redrawn.png"), algos=None), saved)
+    assert (tmp_path / "redrawn.png").read_bytes() == drawn.read_bytes()
+    assert stars == [([10, 20], [0.4, 0.5], "*"), ([20, 10], [0.5, 0.5], "*")]  # gigpo's seeds, then grpo's
+    with pytest.raises(SystemExit, match="--replot needs --plot"):
+        bench.replot(argparse.Namespace(plot=None, algos=None), saved)
