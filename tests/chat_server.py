@@ -12,7 +12,8 @@ list of fault names served to the next requests, one each, in order; ``fault_for
 - ``"malformed"`` a 200 whose body is not JSON; ``"context"`` a 400 naming the context length;
   ``"400"`` a 400 refusing a parameter;
 - ``"401"`` and ``"echo500"`` (their messages echo the Authorization header, as some
-  servers and proxies do) and ``"404"`` (unknown model).
+  servers and proxies do), ``"403"`` (a key without access to the model) and ``"404"``
+  (unknown model).
 
 Every request is recorded (headers, body, arrival time), and so is the most
 requests it ever had in flight at once.  ``go_away()`` is a server that died: it
@@ -163,6 +164,9 @@ class FakeChatServer:
                 elif fault == "401":
                     echoed = self.headers.get("authorization", "")
                     self._send(401, {"error": {"message": f"Incorrect API key provided: {echoed}"}})
+                elif fault == "403":
+                    self._send(403, {"error": {"message": "Your key has no access to this model",
+                                               "code": "model_access_denied"}})
                 elif fault == "404":
                     self._send(404, {"error": {"message": f"The model `{body.get('model')}` does not exist",
                                                "code": "model_not_found"}})

@@ -136,6 +136,10 @@ def test_a_wrong_key_an_unknown_model_or_no_server_stop_before_any_episode(monke
         with pytest.raises(ServedModelError, match=rf"refused the key in \${KEY_ENV} \(401\)") as e:
             served(server.url)
         assert KEY not in str(e.value)
+        server.faults = ["403"]
+        with pytest.raises(ServedModelError, match=rf"refused the key in \${KEY_ENV} \(403\)") as e:
+            served(server.url)
+        assert server.faults == [] and KEY not in str(e.value)  # asked once: a refused key is not retried
         monkeypatch.delenv(KEY_ENV)
         server.faults = ["401"]
         with pytest.raises(ServedModelError, match=rf"\${KEY_ENV} is not set"):
