@@ -55,6 +55,16 @@ def test_two_iterations_change_the_weights_and_resume_from_the_checkpoint(tmp_pa
 
     loaded = resolve_policy(str(run), CORRIDOR_ID, device="cpu")  # the leaderboard evaluates it as trained
     assert loaded.details["iteration"] == 3 and loaded.prompt["history_length"] == 1  # the run's, not the spec's 2
+    assert loaded.details["algo"] == resumed.algo.name and loaded.name.endswith(f"+ {resumed.algo.name} (run, iter 3)")
+    from safetensors.torch import save_model
+
+    from gigpo_gym.algos.training.config import save_config
+
+    (tmp_path / "warm").mkdir()
+    save_config(cfg, tmp_path / "warm" / "config.yaml")  # a run folder whose weights were chosen before any RL
+    save_model(new_policy, str(tmp_path / "warm" / "selected.safetensors"), metadata={"iteration": "0", "success": "nan"})
+    warm = resolve_policy(str(tmp_path / "warm" / "selected.safetensors"), CORRIDOR_ID, device="cpu")
+    assert (warm.details["iteration"], warm.details["algo"]) == (0, "sft") and warm.name.endswith("+ sft (warm, iter 0)")
     for (name, p), (_, q) in zip(loaded.policy.named_parameters(), new_policy.named_parameters()):
         assert torch.equal(p, q), name
 

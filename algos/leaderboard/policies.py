@@ -302,11 +302,14 @@ def _load_checkpoint(found, text, env_id, device, seed, temperature, max_new_tok
     sampling = SamplingParams(max_new_tokens=max_new_tokens or s.max_new_tokens, temperature=temp, stop=tuple(s.stop),
                               seed=seed)
     prompt = prompt_settings(cfg)
-    details = {"checkpoint": str(folder), "iteration": int(state.get("iteration", 0)), "algo": cfg.algo.name,
+    iteration = int(state.get("iteration", 0))
+    # iteration 0 holds the weights before any RL iteration: the algorithm never touched them
+    trained_by = cfg.algo.name if iteration > 0 else ("sft" if cfg.sft.steps > 0 else "none")
+    details = {"checkpoint": str(folder), "iteration": iteration, "algo": trained_by,
                "model": cfg.model.name, "trained_on": cfg.env.id, "config_digest": state.get("config_digest")}
     if cfg.env.id != env_id:
         details["warning"] = f"trained on {cfg.env.id}, evaluated on {env_id}"
-    label = name or f"{cfg.model.name} + {cfg.algo.name} ({run_dir.name}, iter {details['iteration']})"
+    label = name or f"{cfg.model.name} + {trained_by} ({run_dir.name}, iter {iteration})"
     return LoadedPolicy(policy, text, "checkpoint", label, temp == 0.0, sampling, prompt, details)
 
 
