@@ -104,10 +104,41 @@ def policy_with(args, weights: Path | None):
 
     from gigpo_gym.algos.training.trainer import build_policy
 
-    policy = build_policy(warm_start_config(args))
-    if weights is not None:
+    cfg = warm_start_config(args)
+    policy = build_policy(cfg)
+    if weights is None:
+        return policy
+    if cfg.model.lora is not None and not any("lora_" in k for k in safe_keys(weights)):
+        load_under_adapters(policy, weights)  # a full-model warm start, with fresh LoRA adapters on top
+    else:
         load_model(policy, str(weights))
     return policy
+
+
+def safe_keys(path: Path) -> list[str]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return list(f.keys())
+
+
+def load_under_adapters(policy, weights: Path) -> None:
+    """Load a model saved without LoRA into the same model with adapters (peft renames the wrapped weights)."""
+    import torch
+    from safetensors.torch import load_file
+
+    saved = load_file(str(weights))
+    own = policy.state_dict()
+    plain = {k: k.replace("base_model.model.", "", 1).replace(".base_layer.", ".") for k in own if "lora_" not in k}
+    with torch.no_grad():
+        for key, name in plain.items():
+            if name in saved:
+                own[key].copy_(saved[name])
+    loaded = {own[key].data_ptr() for key, name in plain.items() if name in saved}
+    missing = [name for key, name in plain.items() if name not in saved and own[key].data_ptr() not in loaded]
+    if missing or not set(saved) <= set(plain.values()):  # a tied weight is saved once: it counts as loaded
+        raise SystemExit(f"{weights} does not fit the model under its adapters: missing {missing[:3]}, "
+                         f"unexpected {sorted(set(saved) - set(plain.values()))[:3]}")
 
 
 def evaluate(args, policy, cfg) -> dict[str, Any]:

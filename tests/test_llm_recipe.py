@@ -146,3 +146,40 @@ def test_skip_zero_advantage_trains_and_scores_the_reference_on_the_informative_
         assert "train/kl_ref" in stats
     finally:
         trainer.close()
+
+
+def test_lora_rl_starts_from_a_full_model_warm_start_with_adapters_that_change_nothing_yet(tmp_path):
+    """bench_llm_learning with model.lora: the SFT warm start (saved without adapters) loads under fresh ones."""
+    import argparse
+
+    import torch
+    from helpers_fake import CORRIDOR_ID
+    from safetensors.torch import save_model
+
+    spec = importlib.util.spec_from_file_location("bench_llm_learning", ROOT / "benchmarks" / "bench_llm_learning.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    tiny = [f"env.id={CORRIDOR_ID}", "model.device=cpu", "model.tiny.corpus_episodes=3", "model.tiny.vocab_size=300",
+            "model.tiny.hidden_size=32", "model.tiny.intermediate_size=64"]
+    plain = argparse.Namespace(config=None, set=tiny, warm_start_seed=0, run_root=str(tmp_path))
+    warm = bench.policy_with(plain, None)
+    with torch.no_grad():
+        for i, p in enumerate(warm.parameters()):  # weights unlike a fresh build's, as SFT leaves them
+            p.add_(0.01 * (i + 1))
+    save_model(warm, str(tmp_path / "warm.safetensors"))
+
+    lora = argparse.Namespace(**{**vars(plain), "set": [*tiny, "model.lora={r: 4, lora_alpha: 8}"]})
+    policy = bench.policy_with(lora, tmp_path / "warm.safetensors")
+    trainable = [n for n, p in policy.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    ids = torch.tensor([[1, 5, 7, 9, 11]])
+    with torch.no_grad():
+        assert torch.allclose(policy.model(ids).logits, warm.model(ids).logits, atol=1e-6)  # lora_B starts at 0
+    save_model(policy, str(tmp_path / "after_rl.safetensors"))  # a LoRA run's checkpoint loads as it was saved
+    again = bench.policy_with(lora, tmp_path / "after_rl.safetensors")
+    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), policy.state_dict().values()))
+
+    other = argparse.Namespace(**{**vars(plain), "set": [*tiny, "model.tiny.hidden_size=48"]})
+    save_model(bench.policy_with(other, None), str(tmp_path / "other.safetensors"))
+    with pytest.raises((SystemExit, RuntimeError)):
+        bench.policy_with(lora, tmp_path / "other.safetensors")
