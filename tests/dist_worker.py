@@ -62,8 +62,12 @@ def main() -> None:
         groups = {int(g) for g in trainer.envs.group_ids}
         metrics = trainer.update(own_rows(rollout, groups), 1)
         weights = trainer.parallel.full_state(trainer.engine)
+        sharded = next((p for p in trainer.engine.parameters() if hasattr(p, "device_mesh")), None)  # FSDP2's DTensors
+        accelerator = trainer.parallel.accelerator
+        mesh = None if sharded is None else {"device_type": sharded.device_mesh.device_type,
+                                             "given": accelerator is not None and accelerator.torch_device_mesh is not None}
         if rank == 0:
-            torch.save({"weights": weights, "metrics": metrics}, out / "weights.pt")
+            torch.save({"weights": weights, "metrics": metrics, "mesh": mesh}, out / "weights.pt")
         trainer.parallel.barrier()
         trainer.close()
         del trainer

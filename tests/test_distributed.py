@@ -49,7 +49,7 @@ needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is No
 
 
 def torchrun(scenario: str, out: Path, args: list[str], processes: int = 2, kind: str = "ddp", timeout: float = 120):
-    # CUDA hidden: these runs are CPU (gloo) runs, and FSDP2 would place its default mesh on a visible GPU
+    # CUDA hidden: these are CPU (gloo) runs, whatever GPUs the machine has
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **LAUNCH_ENV[kind]}
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
                f"--master_port={free_port()}", "--max_restarts=0", "--monitor_interval=1",
@@ -90,6 +90,8 @@ def test_two_processes_make_the_one_process_update_and_play_its_tasks(tmp_path, 
         torch.testing.assert_close(got["weights"][name], value, rtol=0, atol=1e-6, msg=name)
     for key in ("train/pg_loss", "train/kl_ref", "train/entropy", "train/grad_norm", "train/rows_used"):
         assert got["metrics"][key] == pytest.approx(metrics[key], rel=1e-5, abs=1e-7), key
+    if kind == "fsdp":  # sharded over a CPU mesh the run names, not one FSDP2 would put on a visible GPU
+        assert got["mesh"] == {"device_type": "cpu", "given": True}
     # the processes together play exactly the tasks one process plays (groups 3: 1 and 2 groups, uneven)
     played = [tuple(e) for r in range(2) for e in json.loads((tmp_path / f"episodes-{r}.json").read_text())]
     assert sorted(played) == sorted(tuple(e) for e in episodes)

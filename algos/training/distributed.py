@@ -393,6 +393,11 @@ def start(device: str, timeout_s: float) -> Parallel:
         # accelerate turns FSDP on for accelerators only; on CPU (gloo) its FSDP2 path works the same
         accelerator.state.fsdp_plugin = FullyShardedDataParallelPlugin()
         accelerator.state.distributed_type = DistributedType.FSDP
+        # with no mesh given, FSDP2 shards over a mesh on a visible GPU: a CPU run on a GPU machine names its own
+        from accelerate import ParallelismConfig
+
+        accelerator.state.parallelism_config = ParallelismConfig(dp_shard_size=accelerator.num_processes)
+        accelerator.state.device_mesh = accelerator.state.parallelism_config.get_device_mesh("cpu")
     if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
         from accelerate.utils import DeepSpeedPlugin  # accelerate's own; DeepSpeed itself is the extra
 
