@@ -78,21 +78,16 @@ def warm_start(args) -> Path:
     path = folder / SELECTED_FILE
     if path.is_file():
         return path
-    from safetensors.torch import save_model
-
     from gigpo_gym.algos.training.config import save_config
-    from gigpo_gym.algos.training.trainer import Trainer, _warm_start
-    from gigpo_gym.core.data import replacing
+    from gigpo_gym.algos.training.trainer import Trainer, _save_selected, _warm_start
 
     started = time.perf_counter()
-    cfg = warm_start_config(args)
+    cfg = warm_start_config(args)  # its run_dir is ``folder``
     trainer = Trainer(cfg)
     try:
         losses = _warm_start(trainer, echo=print)
         save_config(cfg, folder / "config.yaml")
-        with replacing(path) as tmp:
-            save_model(trainer.policy, str(tmp), metadata={"iteration": "0", "success": "nan", "loss": json.dumps(losses),
-                                                           "seconds": repr(time.perf_counter() - started)})
+        _save_selected(trainer, 0, float("nan"), loss=json.dumps(losses), seconds=repr(time.perf_counter() - started))
     finally:
         trainer.close()
     return path

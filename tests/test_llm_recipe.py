@@ -183,3 +183,23 @@ def test_lora_rl_starts_from_a_full_model_warm_start_with_adapters_that_change_n
     save_model(bench.policy_with(other, None), str(tmp_path / "other.safetensors"))
     with pytest.raises((SystemExit, RuntimeError)):
         bench.policy_with(lora, tmp_path / "other.safetensors")
+
+
+def test_the_benchmark_s_warm_start_is_a_run_folder_the_leaderboard_reads_as_sft(tmp_path):
+    import argparse
+
+    from helpers_fake import CORRIDOR_ID
+
+    from gigpo_gym.algos.leaderboard.policies import resolve_policy
+    from gigpo_gym.algos.training.trainer import read_selected
+
+    spec = importlib.util.spec_from_file_location("bench_llm_learning", ROOT / "benchmarks" / "bench_llm_learning.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    tiny = [f"env.id={CORRIDOR_ID}", "model.device=cpu", "model.tiny.corpus_episodes=3", "model.tiny.vocab_size=300",
+            "model.tiny.hidden_size=32", "model.tiny.intermediate_size=64", "sft.steps=1", "sft.episodes=2"]
+    path = bench.warm_start(argparse.Namespace(config=None, set=tiny, warm_start_seed=0, run_root=str(tmp_path)))
+    assert path == tmp_path / "warm-start" / "selected.safetensors" and (path.parent / "config.yaml").is_file()
+    assert read_selected(path)["iteration"] == 0
+    loaded = resolve_policy(str(path), CORRIDOR_ID, device="cpu")
+    assert (loaded.details["iteration"], loaded.details["algo"]) == (0, "sft")

@@ -588,14 +588,15 @@ def _load_reference(trainer: Trainer, iteration: int) -> None:
 SELECTED_FILE = "selected.safetensors"
 
 
-def _save_selected(trainer: Trainer, iteration: int, success: float) -> dict[str, Any]:
-    """Keep the weights that score best on the selection envs so far; the file carries its iteration and score."""
+def _save_selected(trainer: Trainer, iteration: int, success: float, **extra: str) -> dict[str, Any]:
+    """Keep the weights that score best on the selection envs so far; the file carries its iteration and score
+    (and any ``extra`` metadata)."""
     from safetensors.torch import save_model
 
     from gigpo_gym.core.data import replacing
 
     with replacing(trainer.run_dir / SELECTED_FILE) as tmp:
-        save_model(trainer.scorer, str(tmp), metadata={"iteration": str(iteration), "success": repr(success)})
+        save_model(trainer.scorer, str(tmp), metadata={"iteration": str(iteration), "success": repr(success), **extra})
     return {"iteration": iteration, "success": success}
 
 
