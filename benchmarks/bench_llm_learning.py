@@ -1,7 +1,8 @@
 """A pretrained LLM learns by writing its actions: SFT warm start, then GiGPO and GRPO paired by seed.
 
 The recipe of ``configs/searchqa_smollm2.yaml`` (SmolLM2-135M-Instruct, free text, no
-admissible-action scoring), measured at three points on the same held-out questions:
+admissible-action scoring; ``--config configs/webshop_smollm2.yaml``: the same on WebShop),
+measured at three points on the same held-out questions (WebShop: goals):
 
 1. zero-shot: the untrained model;
 2. after SFT: one warm start on the expert's transcripts (the config's ``sft``
@@ -15,13 +16,16 @@ Every evaluation plays each question of the held-out split once, in order (or
 greedy), and keeps each episode's outcome and replies in ``eval.json``.  Two
 evaluations are thus paired question by question: the RL gain's standard error is
 that of the per-question differences (the unpaired one, which treats the two
-evaluations as independent, is printed beside it).  Reported: EM per point with its
-standard error, per question type; the RL gain over SFT per run and its mean over
+evaluations as independent, is printed beside it).  Reported: EM (success) per point with its
+standard error, per question type (WebShop: product category), and where the env grades
+partly (WebShop's purchase score) the mean score too; the RL gain over SFT per run and its mean over
 seeds; GiGPO - GRPO; per-iteration timings (rollout, update, reference pass,
 generated tokens/s) from the runs' metrics; the training-rollout learning curves.
 
     python benchmarks/bench_llm_learning.py --seeds 0 --out benchmarks/results/llm_searchqa.json \\
         --plot benchmarks/results/llm_searchqa.png
+    python benchmarks/bench_llm_learning.py --config configs/webshop_smollm2.yaml --algos gigpo \\
+        --run-root runs/bench_llm_webshop --eval-tasks 200 --out benchmarks/results/llm_webshop.json
 
 Each stage writes its files when done and is skipped when they exist; an RL run that
 stopped resumes from its newest checkpoint.  So an interrupted benchmark is continued
@@ -94,46 +98,31 @@ def warm_start(args) -> Path:
 
 
 def policy_with(args, weights: Path | None):
-    """The config's policy, with ``weights`` (a safetensors file of the whole policy) loaded when given."""
+    """The config's policy, with ``weights`` (a safetensors file of the whole policy) loaded when given.
+
+    With ``model.lora`` and weights saved without adapters (the SFT warm start), the
+    weights load into the plain model and fresh adapters go on top of them.
+    """
+    import dataclasses
+
+    from safetensors import safe_open
     from safetensors.torch import load_model
 
     from gigpo_gym.algos.training.trainer import build_policy
 
     cfg = warm_start_config(args)
-    policy = build_policy(cfg)
     if weights is None:
-        return policy
-    if cfg.model.lora is not None and not any("lora_" in k for k in safe_keys(weights)):
-        load_under_adapters(policy, weights)  # a full-model warm start, with fresh LoRA adapters on top
-    else:
-        load_model(policy, str(weights))
+        return build_policy(cfg)
+    with safe_open(str(weights), framework="pt") as f:
+        has_adapters = any("lora_" in k for k in f.keys())
+    lora = cfg.model.lora if not has_adapters else None
+    if lora is not None:
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, lora=None))
+    policy = build_policy(cfg)
+    load_model(policy, str(weights))
+    if lora is not None:
+        policy.add_lora(lora)
     return policy
-
-
-def safe_keys(path: Path) -> list[str]:
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as f:
-        return list(f.keys())
-
-
-def load_under_adapters(policy, weights: Path) -> None:
-    """Load a model saved without LoRA into the same model with adapters (peft renames the wrapped weights)."""
-    import torch
-    from safetensors.torch import load_file
-
-    saved = load_file(str(weights))
-    own = policy.state_dict()
-    plain = {k: k.replace("base_model.model.", "", 1).replace(".base_layer.", ".") for k in own if "lora_" not in k}
-    with torch.no_grad():
-        for key, name in plain.items():
-            if name in saved:
-                own[key].copy_(saved[name])
-    loaded = {own[key].data_ptr() for key, name in plain.items() if name in saved}
-    missing = [name for key, name in plain.items() if name not in saved and own[key].data_ptr() not in loaded]
-    if missing or not set(saved) <= set(plain.values()):  # a tied weight is saved once: it counts as loaded
-        raise SystemExit(f"{weights} does not fit the model under its adapters: missing {missing[:3]}, "
-                         f"unexpected {sorted(set(saved) - set(plain.values()))[:3]}")
 
 
 def evaluate(args, policy, cfg) -> dict[str, Any]:
@@ -243,14 +232,25 @@ def format_em(episodes) -> str:
     cells = "  ".join(f"{t} {100 * m:5.1f} +- {100 * s:4.1f}" for t, (m, s, _) in by_type(episodes).items())
     invalid = sum(e["invalid"] for e in episodes) / max(sum(e["steps"] for e in episodes), 1)
     steps = np.mean([e["steps"] for e in episodes])
-    return (f"EM {100 * mean:5.1f} +- {100 * sem:4.1f} (n={len(episodes)})  {cells}  | invalid {100 * invalid:4.1f}%"
+    score = ""
+    if has_graded_scores(episodes):
+        score = "score {:5.1f} +- {:4.1f}  ".format(*(100 * v for v in em_sem([e["score"] for e in episodes])))
+    return (f"EM {100 * mean:5.1f} +- {100 * sem:4.1f} (n={len(episodes)})  {score}{cells}  | invalid {100 * invalid:4.1f}%"
             f"  steps {steps:.2f}")
 
 
-def paired_gain(before, after) -> dict[str, float]:
-    """After - before on the same questions: mean, paired s.e. (per-question differences), unpaired s.e."""
-    b = {e["task_id"]: float(e["won"]) for e in before}
-    a = {e["task_id"]: float(e["won"]) for e in after}
+def has_graded_scores(episodes) -> bool:
+    """Whether a score says more than success (WebShop's purchase score in [0, 1]; SearchQA's EM is 0 or 1)."""
+    return any(e["score"] != float(e["won"]) for e in episodes)
+
+
+def paired_gain(before, after, key: str = "won") -> dict[str, float]:
+    """After - before on the same questions: mean, paired s.e. (per-question differences), unpaired s.e.
+
+    ``key``: the episode's outcome compared (``won``: EM / success; ``score``: WebShop's purchase score).
+    """
+    b = {e["task_id"]: float(e[key]) for e in before}
+    a = {e["task_id"]: float(e[key]) for e in after}
     common = [t for t in a if t in b]
     diffs = np.array([a[t] - b[t] for t in common])
     unpaired = math.hypot(em_sem([b[t] for t in common])[1], em_sem([a[t] for t in common])[1])
@@ -281,6 +281,8 @@ def report(args) -> dict[str, Any]:
         mean, sem = em_sem([e["won"] for e in ev["episodes"]])
         result["points"][name] = {"em": mean, "sem": sem, "per_type": by_type(ev["episodes"]),
                                   "questions": len(ev["episodes"]), "eval_seconds": ev["seconds"]}
+        if has_graded_scores(ev["episodes"]):
+            result["points"][name]["score"] = em_sem([e["score"] for e in ev["episodes"]])
         print(f"{name:<16} {format_em(ev['episodes'])}")
     for algo in args.algos:
         gains = []
@@ -294,13 +296,16 @@ def report(args) -> dict[str, Any]:
                      for t in by_type(sft)}
             records = read_metrics(root / name)
             summary = json.loads((root / name / "summary.json").read_text()) if (root / name / "summary.json").is_file() else {}
-            result["runs"][name] = {"gain": gain, "gain_per_type": types, "timings": timings(records),
+            graded = has_graded_scores(sft + evals[name]["episodes"])
+            score_gain = paired_gain(sft, evals[name]["episodes"], key="score") if graded else None
+            result["runs"][name] = {"gain": gain, "score_gain": score_gain, "gain_per_type": types, "timings": timings(records),
                                     "rollout_success": [r["rollout/success"] for r in records],
                                     "train_seconds": summary.get("seconds"), "selected": summary.get("selected")}
             gains.append(gain["mean"])
             print(f"RL gain {name:<12} {100 * gain['mean']:+5.1f} +- {100 * gain['sem_paired']:.1f} paired "
                   f"({100 * gain['sem_unpaired']:.1f} unpaired)  "
                   + "  ".join(f"{t} {100 * v:+5.1f}" for t, v in types.items())
+                  + (f"  score {100 * score_gain['mean']:+5.1f} +- {100 * score_gain['sem_paired']:.1f}" if graded else "")
                   + f"  | {len(records)} iterations in {(summary.get('seconds') or 0) / 60:.1f} min")
         if gains:
             result.setdefault("mean_gain", {})[algo] = em_sem(gains) if len(gains) > 1 else (gains[0], 0.0)
@@ -311,6 +316,12 @@ def report(args) -> dict[str, Any]:
         for s, d in diffs.items():
             print(f"{a} - {b} seed {s}: {100 * d['mean']:+5.1f} +- {100 * d['sem_paired']:.1f} (paired by question)")
         result["difference"] = {"of": f"{a} - {b}", "per_seed": diffs}
+        scores = {s: paired_gain(evals[f"seed{s}-{b}"]["episodes"], evals[f"seed{s}-{a}"]["episodes"], key="score")
+                  for s in diffs if has_graded_scores(evals[f"seed{s}-{a}"]["episodes"] + evals[f"seed{s}-{b}"]["episodes"])}
+        for s, d in scores.items():
+            print(f"{a} - {b} seed {s}: score {100 * d['mean']:+5.1f} +- {100 * d['sem_paired']:.1f} (paired)")
+        if scores:
+            result["difference"]["score_per_seed"] = scores
     for name, run in result["runs"].items():
         t = run["timings"]
         if t:

@@ -16,6 +16,14 @@ from gigpo_gym.wrappers import ActionParser
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "searchqa_smollm2.yaml"
+WEBSHOP_RECIPE = ROOT / "configs" / "webshop_smollm2.yaml"
+
+
+def load_benchmark():
+    spec = importlib.util.spec_from_file_location("bench_llm_learning", ROOT / "benchmarks" / "bench_llm_learning.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
 
 
 @pytest.mark.parametrize("reply", [
@@ -78,6 +86,51 @@ def test_sft_transcripts_are_the_rl_prompts_with_the_expert_s_own_tagged_replies
     assert all(r.startswith(("<search>", "<answer>")) and "<action>" not in r for r in replies), replies
     assert replies[0].startswith("<search>") and replies[-1].startswith("<answer>")
     assert len(oversample(demos, {"answer": 3})) == len(demos) + 2 * sum(r.startswith("<answer>") for r in replies)
+
+
+def test_the_webshop_recipe_s_transcripts_are_free_text_actions_on_prompts_that_tell_every_state_apart():
+    """configs/webshop_smollm2.yaml shows no history, so each prompt must be the whole state (text_rich marks chosen options)."""
+    import re
+
+    from gigpo_gym.algos.training.config import load_config
+    from gigpo_gym.algos.training.sft import expert_demonstrations
+    from gigpo_gym.algos.training.trainer import prompt_settings
+
+    cfg = load_config(WEBSHOP_RECIPE)
+    settings = prompt_settings(cfg)
+    assert settings["history_length"] == 0
+    for k in range(3):  # one won episode each: the replies went through ActionParser and the engine
+        demos = expert_demonstrations(cfg.env.id, 1, seed=k, env_kwargs=cfg.env.kwargs,
+                                      wrapper=lambda e: wrap_llm_env(e, **settings))
+        prompts, replies = zip(*demos)
+        assert all(re.fullmatch(r"<action>(search|click)\[[^\]]+\]</action>", r) for r in replies), replies
+        assert replies[0].startswith("<action>search[") and replies[-1] == "<action>click[buy now]</action>"
+        pages = [re.sub(r"\(step \d+\)", "", p) for p in prompts]  # the step count alone does not tell states apart
+        assert len(set(pages)) == len(pages)  # after each option click the page says what is chosen
+        assert all(p.startswith(cfg.env.prompt_intro) and p.endswith(cfg.env.action_format) for p in prompts)
+
+
+def test_the_benchmark_reports_webshop_s_purchase_score_beside_success_paired_by_goal(tmp_path):
+    import argparse
+
+    bench = load_benchmark()
+
+    def episodes(scores):
+        return [{"task_id": f"webshop-{i}", "task_type": "beauty", "won": s == 1.0, "score": s, "steps": 4,
+                 "invalid": 0} for i, s in enumerate(scores)]
+
+    for name, scores in {"after-sft": [0.5, 1.0, 0.25, 0.0], "seed0-gigpo": [0.75, 1.0, 0.25, 1.0]}.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "eval.json").write_text(json.dumps({"episodes": episodes(scores), "seconds": 1.0}))
+    args = argparse.Namespace(run_root=str(tmp_path), algos=["gigpo"], seeds=[0], plot=None)
+    result = bench.report(args)
+    run = result["runs"]["seed0-gigpo"]
+    assert run["gain"]["mean"] == pytest.approx(0.25)                 # success: 1 of 4 goals more
+    assert run["score_gain"]["mean"] == pytest.approx((0.25 + 1.0) / 4)  # score: per-goal differences
+    assert result["points"]["after-sft"]["score"][0] == pytest.approx(1.75 / 4)
+    assert "score  43.8" in bench.format_em(episodes([0.5, 1.0, 0.25, 0.0]))
+    binary = episodes([1.0, 0.0, 1.0, 0.0])  # SearchQA: the score is the EM, so no second column
+    assert "score" not in bench.format_em(binary)
 
 
 @pytest.mark.slow
@@ -156,9 +209,7 @@ def test_lora_rl_starts_from_a_full_model_warm_start_with_adapters_that_change_n
     from helpers_fake import CORRIDOR_ID
     from safetensors.torch import save_model
 
-    spec = importlib.util.spec_from_file_location("bench_llm_learning", ROOT / "benchmarks" / "bench_llm_learning.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark()
     tiny = [f"env.id={CORRIDOR_ID}", "model.device=cpu", "model.tiny.corpus_episodes=3", "model.tiny.vocab_size=300",
             "model.tiny.hidden_size=32", "model.tiny.intermediate_size=64"]
     plain = argparse.Namespace(config=None, set=tiny, warm_start_seed=0, run_root=str(tmp_path))
@@ -193,9 +244,7 @@ def test_the_benchmark_s_warm_start_is_a_run_folder_the_leaderboard_reads_as_sft
     from gigpo_gym.algos.leaderboard.policies import resolve_policy
     from gigpo_gym.algos.training.trainer import read_selected
 
-    spec = importlib.util.spec_from_file_location("bench_llm_learning", ROOT / "benchmarks" / "bench_llm_learning.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark()
     tiny = [f"env.id={CORRIDOR_ID}", "model.device=cpu", "model.tiny.corpus_episodes=3", "model.tiny.vocab_size=300",
             "model.tiny.hidden_size=32", "model.tiny.intermediate_size=64", "sft.steps=1", "sft.episodes=2"]
     path = bench.warm_start(argparse.Namespace(config=None, set=tiny, warm_start_seed=0, run_root=str(tmp_path)))

@@ -117,9 +117,18 @@ class HFPolicy(nn.Module):
         extra = {"gguf_file": gguf_file} if gguf_file else {}
         tokenizer = _load_tokenizer(str(name_or_path), **extra)
         model = tf.AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=_DTYPES[dtype], **extra)
+        policy = cls(model, tokenizer, device=device, **kwargs)
         if lora is not None:
-            model = _add_lora(model, lora)
-        return cls(model, tokenizer, device=device, **kwargs)
+            policy.add_lora(lora)
+        return policy
+
+    def add_lora(self, lora: dict[str, Any]) -> None:
+        """Wrap the model in fresh LoRA adapters (peft ``LoraConfig`` kwargs); from here on only they train.
+
+        Called after loading full weights into the policy (an SFT model, say), the
+        adapters start on top of those weights: ``lora_B`` is zero, so the outputs do not change.
+        """
+        self.model = _add_lora(self.model, lora).to(self.device)
 
     @classmethod
     def load(cls, path: str | Path, *, device: str = "auto") -> "HFPolicy":
