@@ -258,6 +258,11 @@ def paired_gain(before, after, key: str = "won") -> dict[str, float]:
     return {"mean": float(diffs.mean()), "sem_paired": sem, "sem_unpaired": unpaired, "questions": len(common)}
 
 
+def paired_score_gain(before, after) -> dict[str, float] | None:
+    """``paired_gain`` of the purchase score, or None where the env's score is only success (SearchQA)."""
+    return paired_gain(before, after, key="score") if has_graded_scores(before + after) else None
+
+
 def read_metrics(folder: Path) -> list[dict[str, Any]]:
     from gigpo_gym.algos.training.metrics import read_jsonl
 
@@ -296,8 +301,7 @@ def report(args) -> dict[str, Any]:
                      for t in by_type(sft)}
             records = read_metrics(root / name)
             summary = json.loads((root / name / "summary.json").read_text()) if (root / name / "summary.json").is_file() else {}
-            graded = has_graded_scores(sft + evals[name]["episodes"])
-            score_gain = paired_gain(sft, evals[name]["episodes"], key="score") if graded else None
+            score_gain = paired_score_gain(sft, evals[name]["episodes"])
             result["runs"][name] = {"gain": gain, "score_gain": score_gain, "gain_per_type": types, "timings": timings(records),
                                     "rollout_success": [r["rollout/success"] for r in records],
                                     "train_seconds": summary.get("seconds"), "selected": summary.get("selected")}
@@ -305,7 +309,7 @@ def report(args) -> dict[str, Any]:
             print(f"RL gain {name:<12} {100 * gain['mean']:+5.1f} +- {100 * gain['sem_paired']:.1f} paired "
                   f"({100 * gain['sem_unpaired']:.1f} unpaired)  "
                   + "  ".join(f"{t} {100 * v:+5.1f}" for t, v in types.items())
-                  + (f"  score {100 * score_gain['mean']:+5.1f} +- {100 * score_gain['sem_paired']:.1f}" if graded else "")
+                  + (f"  score {100 * score_gain['mean']:+5.1f} +- {100 * score_gain['sem_paired']:.1f}" if score_gain else "")
                   + f"  | {len(records)} iterations in {(summary.get('seconds') or 0) / 60:.1f} min")
         if gains:
             result.setdefault("mean_gain", {})[algo] = em_sem(gains) if len(gains) > 1 else (gains[0], 0.0)
@@ -316,8 +320,8 @@ def report(args) -> dict[str, Any]:
         for s, d in diffs.items():
             print(f"{a} - {b} seed {s}: {100 * d['mean']:+5.1f} +- {100 * d['sem_paired']:.1f} (paired by question)")
         result["difference"] = {"of": f"{a} - {b}", "per_seed": diffs}
-        scores = {s: paired_gain(evals[f"seed{s}-{b}"]["episodes"], evals[f"seed{s}-{a}"]["episodes"], key="score")
-                  for s in diffs if has_graded_scores(evals[f"seed{s}-{a}"]["episodes"] + evals[f"seed{s}-{b}"]["episodes"])}
+        scores = {s: paired_score_gain(evals[f"seed{s}-{b}"]["episodes"], evals[f"seed{s}-{a}"]["episodes"]) for s in diffs}
+        scores = {s: d for s, d in scores.items() if d is not None}
         for s, d in scores.items():
             print(f"{a} - {b} seed {s}: score {100 * d['mean']:+5.1f} +- {100 * d['sem_paired']:.1f} (paired)")
         if scores:

@@ -26,6 +26,12 @@ def load_benchmark():
     return bench
 
 
+def tiny_model(env_id: str) -> list[str]:
+    """Config overrides for a tiny model on ``env_id`` (seconds to build)."""
+    return [f"env.id={env_id}", "model.device=cpu", "model.tiny.corpus_episodes=3", "model.tiny.vocab_size=300",
+            "model.tiny.hidden_size=32", "model.tiny.intermediate_size=64"]
+
+
 @pytest.mark.parametrize("reply", [
     "<search>Thaeltrusk Bil",                                   # cut at max_new_tokens inside the query
     "<think>the poet was born in",                              # cut while thinking
@@ -119,15 +125,17 @@ def test_the_benchmark_reports_webshop_s_purchase_score_beside_success_paired_by
         return [{"task_id": f"webshop-{i}", "task_type": "beauty", "won": s == 1.0, "score": s, "steps": 4,
                  "invalid": 0} for i, s in enumerate(scores)]
 
-    for name, scores in {"after-sft": [0.5, 1.0, 0.25, 0.0], "seed0-gigpo": [0.75, 1.0, 0.25, 1.0]}.items():
+    evals = {"after-sft": [0.5, 1.0, 0.25, 0.0], "seed0-gigpo": [0.75, 1.0, 0.25, 1.0], "seed0-grpo": [0.5, 0.5, 0.5, 0.5]}
+    for name, scores in evals.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "eval.json").write_text(json.dumps({"episodes": episodes(scores), "seconds": 1.0}))
-    args = argparse.Namespace(run_root=str(tmp_path), algos=["gigpo"], seeds=[0], plot=None)
+    args = argparse.Namespace(run_root=str(tmp_path), algos=["gigpo", "grpo"], seeds=[0], plot=None)
     result = bench.report(args)
     run = result["runs"]["seed0-gigpo"]
     assert run["gain"]["mean"] == pytest.approx(0.25)                 # success: 1 of 4 goals more
     assert run["score_gain"]["mean"] == pytest.approx((0.25 + 1.0) / 4)  # score: per-goal differences
     assert result["points"]["after-sft"]["score"][0] == pytest.approx(1.75 / 4)
+    assert result["difference"]["score_per_seed"][0]["mean"] == pytest.approx((0.25 + 0.5 - 0.25 + 0.5) / 4)  # gigpo - grpo
     assert "score  43.8" in bench.format_em(episodes([0.5, 1.0, 0.25, 0.0]))
     binary = episodes([1.0, 0.0, 1.0, 0.0])  # SearchQA: the score is the EM, so no second column
     assert "score" not in bench.format_em(binary)
@@ -210,8 +218,7 @@ def test_lora_rl_starts_from_a_full_model_warm_start_with_adapters_that_change_n
     from safetensors.torch import save_model
 
     bench = load_benchmark()
-    tiny = [f"env.id={CORRIDOR_ID}", "model.device=cpu", "model.tiny.corpus_episodes=3", "model.tiny.vocab_size=300",
-            "model.tiny.hidden_size=32", "model.tiny.intermediate_size=64"]
+    tiny = tiny_model(CORRIDOR_ID)
     plain = argparse.Namespace(config=None, set=tiny, warm_start_seed=0, run_root=str(tmp_path))
     warm = bench.policy_with(plain, None)
     with torch.no_grad():
@@ -245,8 +252,7 @@ def test_the_benchmark_s_warm_start_is_a_run_folder_the_leaderboard_reads_as_sft
     from gigpo_gym.algos.training.trainer import read_selected
 
     bench = load_benchmark()
-    tiny = [f"env.id={CORRIDOR_ID}", "model.device=cpu", "model.tiny.corpus_episodes=3", "model.tiny.vocab_size=300",
-            "model.tiny.hidden_size=32", "model.tiny.intermediate_size=64", "sft.steps=1", "sft.episodes=2"]
+    tiny = [*tiny_model(CORRIDOR_ID), "sft.steps=1", "sft.episodes=2"]
     path = bench.warm_start(argparse.Namespace(config=None, set=tiny, warm_start_seed=0, run_root=str(tmp_path)))
     assert path == tmp_path / "warm-start" / "selected.safetensors" and (path.parent / "config.yaml").is_file()
     assert read_selected(path)["iteration"] == 0
