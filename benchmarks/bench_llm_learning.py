@@ -62,10 +62,11 @@ def warm_start_config(args):
                        "algo.name=grpo", "algo.kwargs={}")
 
 
-def run_config(args, seed: int, algo: str):
+def run_config(args, seed: int, algo: str, tag: str = ""):
+    """The RL run ``seed{seed}-{algo}{tag}`` (``tag`` names a run of other settings beside the recipe's)."""
     iterations = [f"iterations={args.iterations}"] if args.iterations is not None else []
     return base_config(args, f"seed={seed}", f"algo.name={algo}", f"algo.kwargs={ALGO_KWARGS.get(algo, '{}')}",
-                       "sft.steps=0", *iterations, f"run_dir={Path(args.run_root) / f'seed{seed}-{algo}'}")
+                       "sft.steps=0", *iterations, f"run_dir={Path(args.run_root) / f'seed{seed}-{algo}{tag}'}")
 
 
 # -- stages ------------------------------------------------------------------------------
@@ -125,8 +126,12 @@ def policy_with(args, weights: Path | None):
     return policy
 
 
-def evaluate(args, policy, cfg) -> dict[str, Any]:
-    """Each held-out question once, in order: one record per episode (outcome, replies)."""
+def evaluate(args, policy, cfg, tasks: tuple[dict, list[str]] | None = None) -> dict[str, Any]:
+    """Each held-out question once, in order: one record per episode (outcome, replies).
+
+    ``tasks``: (env kwargs, task ids) to play instead, e.g. questions of the train split
+    that no run trained on, to choose a setting without looking at the test split.
+    """
     import gymnasium as gym
 
     import gigpo_gym  # noqa: F401  (registers the ids)
@@ -135,10 +140,13 @@ def evaluate(args, policy, cfg) -> dict[str, Any]:
     from gigpo_gym.algos.training.rollout import wrap_llm_env
     from gigpo_gym.core.env import derive_seed
 
-    kwargs = {**cfg.env.kwargs, **cfg.env.eval_kwargs}
-    probe = gym.make(cfg.env.id, **kwargs)
-    task_ids = held_out_tasks(probe.unwrapped, args.eval_tasks)
-    probe.close()
+    if tasks is None:
+        kwargs = {**cfg.env.kwargs, **cfg.env.eval_kwargs}
+        probe = gym.make(cfg.env.id, **kwargs)
+        task_ids = held_out_tasks(probe.unwrapped, args.eval_tasks)
+        probe.close()
+    else:
+        kwargs, task_ids = {**cfg.env.kwargs, **tasks[0]}, list(tasks[1])
     envs = [wrap_llm_env(gym.make(cfg.env.id, **kwargs), **prompt_settings(cfg)) for _ in task_ids]
     s = cfg.sampling
     sampling = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.eval_temperature, stop=tuple(s.stop),
@@ -174,42 +182,51 @@ def evaluate(args, policy, cfg) -> dict[str, Any]:
 
 def held_out_tasks(env, count: int | None) -> list[str]:
     """The split's task ids (SearchQA's questions, WebShop's goals); ``count`` of them evenly spaced over the list."""
-    ids = list(env.task_ids) if hasattr(env, "task_ids") else [g.task_id for g in env.goals]
+    return evenly_spaced(list(env.task_ids) if hasattr(env, "task_ids") else [g.task_id for g in env.goals], count)
+
+
+def evenly_spaced(ids: list[str], count: int | None) -> list[str]:
+    """``count`` of ``ids`` evenly spaced over the list, in order (all of them when ``count`` is None or larger)."""
     if count is None or count >= len(ids):
-        return ids
+        return list(ids)
     return [ids[int(k * len(ids) / count)] for k in range(count)]
 
 
-def evaluation(args, name: str, make_policy, cfg) -> dict[str, Any]:
-    """The evaluation ``name`` (run_root/name/eval.json), run once."""
+def evaluation(args, name: str, make_policy, cfg, tasks: tuple[dict, list[str]] | None = None) -> dict[str, Any]:
+    """The evaluation ``name`` (run_root/name/eval.json), run once (``tasks``: see ``evaluate``)."""
     from gigpo_gym.core.data import write_atomically
 
     path = Path(args.run_root) / name / "eval.json"
     if path.is_file():
         return json.loads(path.read_text())
-    result = evaluate(args, make_policy(), cfg)
+    result = evaluate(args, make_policy(), cfg, tasks)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, json.dumps(result, indent=1))
     print(f"{name:<16} {format_em(result['episodes'])}  ({result['seconds'] / 60:.1f} min)", flush=True)
     return result
 
 
-def train(args, seed: int, algo: str) -> dict[str, Any]:
-    """One RL run from the warm start, then its evaluation."""
+def trained(args, seed: int, algo: str, tag: str = "") -> Path:
+    """One RL run from the warm start (trained, or resumed from its newest checkpoint, unless done); its final weights."""
     from gigpo_gym.algos.training.checkpoint import POLICY_FILE, checkpoint_iteration, latest_checkpoint, list_checkpoints
     from gigpo_gym.algos.training.trainer import SELECTED_FILE, run_training
 
-    cfg = run_config(args, seed, algo)
+    cfg = run_config(args, seed, algo, tag)
     folder = Path(cfg.run_dir)
     done = list_checkpoints(folder / "checkpoints")
-    trained = checkpoint_iteration(done[-1]) if done else 0
-    if trained < cfg.iterations or not (folder / "summary.json").is_file():
+    last = checkpoint_iteration(done[-1]) if done else 0
+    if last < cfg.iterations or not (folder / "summary.json").is_file():
         policy = policy_with(args, warm_start(args))
-        run_training(cfg, policy=policy, resume="latest" if trained else None,
-                     echo=lambda line: print(f"[{algo} seed {seed}] {line}", flush=True))
+        run_training(cfg, policy=policy, resume="latest" if last else None,
+                     echo=lambda line: print(f"[{algo}{tag} seed {seed}] {line}", flush=True))
     chosen = folder / SELECTED_FILE
-    final = chosen if chosen.is_file() else latest_checkpoint(folder / "checkpoints") / POLICY_FILE
-    return evaluation(args, f"seed{seed}-{algo}", lambda: policy_with(args, final), cfg)
+    return chosen if chosen.is_file() else latest_checkpoint(folder / "checkpoints") / POLICY_FILE
+
+
+def train(args, seed: int, algo: str, tag: str = "") -> dict[str, Any]:
+    """One RL run from the warm start, then its evaluation."""
+    final = trained(args, seed, algo, tag)
+    return evaluation(args, f"seed{seed}-{algo}{tag}", lambda: policy_with(args, final), run_config(args, seed, algo, tag))
 
 
 # -- statistics --------------------------------------------------------------------------

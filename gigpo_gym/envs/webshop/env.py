@@ -51,6 +51,10 @@ from gigpo_gym.envs.webshop.goals import split_goals
 from gigpo_gym.envs.webshop.pages import Page
 from gigpo_gym.envs.webshop.render import OBSERVATION_MODES, RENDERERS
 from gigpo_gym.envs.webshop.shop import load_shop
+from gigpo_gym.envs.webshop.teacher import page_teacher_action
+
+#: ``expert_action`` styles: the goal-aware expert, or the teacher that reads only the page.
+EXPERT_STYLES = ("goal", "page")
 
 
 class WebShopEnv(TextEnv):
@@ -138,8 +142,15 @@ class WebShopEnv(TextEnv):
             info["purchased"] = {"asin": s.asin, "options": dict(s.options)}
         return obs, info
 
-    def expert_action(self) -> str:
-        """The scripted expert's next action (search goal words, open the goal, options, buy)."""
+    def expert_action(self, style: str = "goal") -> str:
+        """The next action of the scripted expert (``"goal"``) or of the page-reading teacher (``"page"``).
+
+        ``"goal"`` knows the goal product and pages until it shows (``expert.py``): an
+        upper bound.  ``"page"`` reads only the current page (``teacher.py``): a
+        demonstrator whose every step a policy could take (``sft.expert_kwargs: {style: page}``).
+        """
         if self.session is None:
             raise RuntimeError("call reset() before expert_action()")
-        return expert_action(self.shop, self.session)
+        if style not in EXPERT_STYLES:
+            raise ValueError(f"expert style must be one of {list(EXPERT_STYLES)}, got {style!r}")
+        return expert_action(self.shop, self.session) if style == "goal" else page_teacher_action(self._page)

@@ -1,0 +1,491 @@
+"""GiGPO against GRPO over training seeds (SearchQA), GRPO's pair on WebShop, and a WebShop teacher that reads only the page.
+
+One command runs the whole study, stage by stage, in this order:
+
+1. ``searchqa``: the recipe as it ships (``configs/searchqa_smollm2.yaml``) for each
+   ``--seeds``: one SFT warm start for all seeds; per seed GiGPO, then GRPO, from it
+   on the same task groups and sampling seeds (the seed changes both); each run
+   evaluated greedy on every test question.
+2. ``grpo-settings``: GRPO's other settings, so that it gets a fair chance: another
+   learning rate (``--grpo-lr``, a run per seed) and fewer iterations
+   (``--grpo-iterations``: that checkpoint of the same run; with a constant learning
+   rate and each iteration's draws taken from the seed and the iteration, it is the
+   run trained that long).  Every setting is evaluated per seed on ``--validation``
+   questions of the train split that neither SFT nor any seed's RL drew; the setting
+   with the best mean over seeds is chosen and evaluated on the test questions.
+3. ``webshop``: ``configs/webshop_smollm2.yaml``'s GiGPO run and its GRPO pair (same
+   warm start, task groups and setting), both on ``--webshop-goals`` test goals.
+4. ``teacher``: the goal-aware expert and the page-reading teacher play the same test
+   goals; then SFT on the teacher's transcripts (``sft.expert_kwargs: {style: page}``)
+   and the GiGPO/GRPO pair from that warm start.
+
+    python benchmarks/bench_llm_study.py --root runs/study --threads 2
+
+Every run, checkpoint and evaluation writes its files when done and is skipped when
+they exist (``bench_llm_learning``), so an interrupted study continues with the same
+command.  A finished run keeps its checkpoints' weights but not their optimiser state
+(1 GB each for SmolLM2; ``--keep-optimizer`` keeps it), so it cannot be resumed past
+its end.  After each stage the results so far go to ``--results``
+(``llm_study_searchqa.json`` / ``.png``, ``llm_study_webshop*``); ``--report`` only
+rewrites them.  Each invocation appends its commit, command, machine and start time
+to ``ROOT/study.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import bench_learning  # noqa: E402  (the over-seeds statistics: mean, s.e., Student-t interval)
+import bench_llm_learning as bench  # noqa: E402  (warm start, runs, evaluations, paired gains)
+
+ROOT = HERE.parent
+STAGES = ("searchqa", "grpo-settings", "webshop", "teacher")
+ALGOS = ("gigpo", "grpo")
+#: The committed seed-0 run of the recipe, which this study's seed 0 reruns.
+COMMITTED_SEARCHQA = ROOT / "benchmarks" / "results" / "llm_searchqa_15it.json"
+
+
+# -- the benchmark's arguments per stage ----------------------------------------------
+def bench_args(args, config: str, folder: str, seeds, extra=(), eval_tasks=None) -> argparse.Namespace:
+    """``bench_llm_learning``'s arguments for one run root of the study."""
+    return argparse.Namespace(config=config, set=[*args.set, *extra], run_root=str(Path(args.root) / folder),
+                              seeds=list(seeds), algos=list(ALGOS), warm_start_seed=0, iterations=None,
+                              eval_tasks=eval_tasks, plot=None, keep_optimizer=args.keep_optimizer)
+
+
+def searchqa_args(args, extra=()) -> argparse.Namespace:
+    return bench_args(args, args.searchqa_config, "searchqa", args.seeds, extra, eval_tasks=args.questions)
+
+
+def webshop_args(args, teacher: bool = False) -> argparse.Namespace:
+    extra = ["sft.expert_kwargs={style: page}"] if teacher else []
+    return bench_args(args, args.webshop_config, "webshop-teacher" if teacher else "webshop", [0], extra,
+                      eval_tasks=args.webshop_goals)
+
+
+def grpo_settings(args) -> list[tuple[str, str | None, int | None]]:
+    """(name, learning rate or None for the recipe's, iterations or None for the recipe's), the recipe first."""
+    out = []
+    for lr in [None, *args.grpo_lr]:
+        for iterations in [None, *args.grpo_iterations]:
+            name = "grpo" + (f"-lr{lr}" if lr else "") + (f"-{iterations}it" if iterations else "")
+            out.append((name, lr, iterations))
+    return out
+
+
+def setting_args(args, lr: str | None) -> tuple[argparse.Namespace, str]:
+    """The benchmark's arguments and run tag of GRPO at learning rate ``lr`` (None: the recipe's)."""
+    return (searchqa_args(args, [f"optim.lr={lr}"]), f"-lr{lr}") if lr else (searchqa_args(args), "")
+
+
+# -- stages ---------------------------------------------------------------------------
+def run_pairs(b) -> None:
+    """The warm start, its evaluation, then per seed GiGPO and GRPO (each trained, then evaluated)."""
+    weights = bench.warm_start(b)
+    bench.evaluation(b, "after-sft", lambda: bench.policy_with(b, weights), bench.warm_start_config(b))
+    for seed in b.seeds:
+        for algo in b.algos:
+            bench.train(b, seed, algo)
+            slim(b, seed, algo)
+
+
+def slim(b, seed: int, algo: str, tag: str = "") -> None:
+    """Delete a finished run's optimiser states, 1 GB a checkpoint for SmolLM2 (its weights stay)."""
+    from gigpo_gym.algos.training.checkpoint import OPTIMIZER_FILE
+
+    if b.keep_optimizer:
+        return
+    folder = Path(bench.run_config(b, seed, algo, tag).run_dir)
+    if (folder / "summary.json").is_file():
+        for path in (folder / "checkpoints").glob(f"iter-*/{OPTIMIZER_FILE}"):
+            path.unlink()
+
+
+def setting_weights(args, seed: int, lr: str | None, iterations: int | None) -> tuple[argparse.Namespace, Path]:
+    """GRPO's weights at one setting for ``seed`` (trained when missing)."""
+    from gigpo_gym.algos.training.checkpoint import POLICY_FILE, checkpoint_folder
+
+    b, tag = setting_args(args, lr)
+    final = bench.trained(b, seed, "grpo", tag)
+    slim(b, seed, "grpo", tag)
+    if iterations is None:
+        return b, final
+    path = checkpoint_folder(Path(bench.run_config(b, seed, "grpo", tag).run_dir) / "checkpoints", iterations) / POLICY_FILE
+    if not path.is_file():
+        raise SystemExit(f"{path} is missing: --grpo-iterations must be checkpoints the run keeps (save_every, "
+                         f"keep_checkpoints)")
+    return b, path
+
+
+def validation_tasks(args) -> list[str]:
+    """``--validation`` train-split questions that neither the SFT transcripts nor any seed's RL groups drew.
+
+    Chosen once and kept in ``validation/tasks.json``.  The draws are replayed as the
+    trainer makes them: SFT's episode k resets with ``derive_seed(derive_seed(seed, 5), k)``,
+    RL's iteration ``it`` resets its grouped envs with ``derive_seed(seed, it)``.
+    """
+    import gymnasium as gym
+
+    import gigpo_gym
+    from gigpo_gym.core.data import write_atomically
+    from gigpo_gym.core.env import derive_seed
+
+    b = searchqa_args(args)
+    path = Path(b.run_root) / "validation" / "tasks.json"
+    if path.is_file():
+        return json.loads(path.read_text())["task_ids"]
+    cfg = bench.warm_start_config(b)
+    env = gym.make(cfg.env.id, **cfg.env.kwargs)
+    sft_seed = derive_seed(cfg.seed, 5)
+    seen = {env.reset(seed=derive_seed(sft_seed, k))[1]["task_id"] for k in range(cfg.sft.episodes)}
+    for seed in args.seeds:
+        run = bench.run_config(b, seed, "grpo")
+        e = run.env
+        envs = gigpo_gym.make_grouped(e.id, e.num_groups, e.group_size, seed=seed, env_kwargs=e.kwargs)
+        for it in range(1, run.iterations + 1):
+            seen.update(str(t) for t in envs.reset(seed=derive_seed(seed, it))[1]["task_id"])
+        envs.close()
+    unseen = [t for t in env.unwrapped.task_ids if t not in seen]
+    env.close()
+    chosen = bench.evenly_spaced(unseen, args.validation)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, json.dumps({"split": cfg.env.kwargs.get("split"), "task_ids": chosen, "drawn": len(seen),
+                                       "of": len(unseen) + len(seen)}, indent=1))
+    return chosen
+
+
+def choose(means: dict[str, float]) -> str:
+    """The setting with the best mean validation score (the first listed, the recipe, on a tie)."""
+    return max(means, key=lambda name: (means[name], -list(means).index(name)))
+
+
+def grpo_settings_stage(args) -> None:
+    """Every GRPO setting per seed on the validation questions; the best on the test questions."""
+    b = searchqa_args(args)
+    bench.warm_start(b)
+    tasks = ({}, validation_tasks(args))  # the run's own env kwargs: the train split
+    for lr in [None, *args.grpo_lr]:
+        for seed in args.seeds:
+            for name, setting_lr, iterations in grpo_settings(args):
+                if setting_lr == lr:
+                    sb, weights = setting_weights(args, seed, lr, iterations)
+                    bench.evaluation(sb, f"validation/seed{seed}-{name}", lambda: bench.policy_with(sb, weights),
+                                     bench.warm_start_config(sb), tasks)
+    best = choose(validation_means(b, args))
+    _, lr, iterations = next(s for s in grpo_settings(args) if s[0] == best)
+    for seed in args.seeds:
+        sb, weights = setting_weights(args, seed, lr, iterations)
+        bench.evaluation(sb, f"seed{seed}-{best}", lambda: bench.policy_with(sb, weights), bench.warm_start_config(sb))
+
+
+def validation_means(b, args) -> dict[str, float]:
+    """Mean validation EM over the seeds of each GRPO setting whose evaluations are all done."""
+    means = {}
+    for name, _, _ in grpo_settings(args):
+        paths = [Path(b.run_root) / "validation" / f"seed{s}-{name}" / "eval.json" for s in args.seeds]
+        if all(p.is_file() for p in paths):
+            means[name] = float(np.mean([np.mean([e["won"] for e in json.loads(p.read_text())["episodes"]]) for p in paths]))
+    return means
+
+
+def play_teachers(args) -> dict[str, Any]:
+    """The goal-aware expert and the page-reading teacher on the evaluation's test goals (``teachers.json``)."""
+    import gymnasium as gym
+
+    import gigpo_gym  # noqa: F401
+    from gigpo_gym.core.data import write_atomically
+
+    b = webshop_args(args, teacher=True)
+    path = Path(b.run_root) / "teachers.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    cfg = bench.warm_start_config(b)
+    env = gym.make(cfg.env.id, **{**cfg.env.kwargs, **cfg.env.eval_kwargs})
+    ids = bench.held_out_tasks(env.unwrapped, b.eval_tasks)
+    out: dict[str, Any] = {}
+    for style in ("goal", "page"):
+        episodes = []
+        for task_id in ids:
+            env.reset(seed=0, options={"task_id": task_id})
+            actions, done, info = [], False, {}
+            while not done:
+                actions.append(env.unwrapped.expert_action(style=style))
+                _, _, terminated, truncated, info = env.step(actions[-1])
+                done = terminated or truncated
+            episodes.append({"task_id": task_id, "task_type": info["task_type"], "won": bool(info["won"]),
+                             "score": float(info["score"]), "steps": len(actions), "actions": actions})
+        out[style] = {"episodes": episodes}
+    env.close()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, json.dumps(out, indent=1))
+    return out
+
+
+# -- results --------------------------------------------------------------------------
+def em(ev) -> float:
+    return float(np.mean([e["won"] for e in ev["episodes"]]))
+
+
+def over_seeds(diffs: dict[int, float]) -> dict[str, Any]:
+    """Paired differences over seeds: mean, s.e., 95% Student-t interval (n-1 df), seeds favouring each side."""
+    values = list(diffs.values())
+    out = bench_learning.paired(values) if len(values) > 1 else {"per_seed": values, "mean": values[0] if values else None}
+    out.update(seeds=list(diffs), favour_first=sum(v > 0 for v in values), favour_second=sum(v < 0 for v in values),
+               ties=sum(v == 0 for v in values))
+    return out
+
+
+def searchqa_results(args) -> dict[str, Any] | None:
+    """Per-seed table, GiGPO - GRPO over seeds (recipe and chosen GRPO), curves, the seed-0 rerun check."""
+    b = searchqa_args(args)
+    root = Path(b.run_root)
+    evals = {p.parent.name: json.loads(p.read_text()) for p in sorted(root.glob("*/eval.json"))}
+    if "after-sft" not in evals:
+        return None
+    sft = evals["after-sft"]["episodes"]
+    means = validation_means(b, args)
+    chosen = choose(means) if len(means) == len(grpo_settings(args)) else None
+    names = ["gigpo", "grpo", *([chosen] if chosen not in (None, "grpo") else [])]
+    per_seed: dict[int, dict[str, Any]] = {}
+    for s in args.seeds:
+        row: dict[str, Any] = {"sft": em(evals["after-sft"])}
+        for name in names:
+            ev = evals.get(f"seed{s}-{name}")
+            if ev is None:
+                continue
+            folder = root / f"seed{s}-{name}"
+            summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").is_file() else {}
+            row[name] = {"em": em(ev), "gain": bench.paired_gain(sft, ev["episodes"]), "eval_seconds": ev["seconds"],
+                         "train_seconds": summary.get("seconds"),
+                         "rollout_success": [r["rollout/success"] for r in bench.read_metrics(folder)]}
+        for other in names[1:]:
+            if "gigpo" in row and other in row:
+                row[f"gigpo - {other}"] = bench.paired_gain(evals[f"seed{s}-{other}"]["episodes"],
+                                                            evals[f"seed{s}-gigpo"]["episodes"])
+        per_seed[s] = row
+    result: dict[str, Any] = {"runs": names, "per_seed": per_seed, "grpo_validation_means": means, "grpo_chosen": chosen,
+                              "validation": _read(root / "validation" / "tasks.json"), "over_seeds": {}}
+    for name in names:
+        result["over_seeds"][f"{name} - sft"] = over_seeds({s: r[name]["gain"]["mean"] for s, r in per_seed.items() if name in r})
+    for other in names[1:]:
+        key = f"gigpo - {other}"
+        result["over_seeds"][key] = over_seeds({s: r[key]["mean"] for s, r in per_seed.items() if key in r})
+    result["seed0_rerun"] = rerun_check(evals, root) if not args.set else {}  # overrides: not the recipe
+    return result
+
+
+def rerun_check(evals, root: Path) -> dict[str, Any]:
+    """Seed 0's rerun against the committed ``llm_searchqa_15it.json``: held-out EM and training curves alike?"""
+    if not COMMITTED_SEARCHQA.is_file():
+        return {}
+    old = json.loads(COMMITTED_SEARCHQA.read_text())
+    out = {}
+    for name in ("after-sft", "seed0-gigpo", "seed0-grpo"):
+        if name in evals and name in old["points"]:
+            out[f"{name} em"] = {"committed": old["points"][name]["em"], "rerun": em(evals[name]),
+                                 "same": abs(old["points"][name]["em"] - em(evals[name])) < 1e-12}
+        if name in old.get("runs", {}) and (root / name).is_dir():
+            curve = [r["rollout/success"] for r in bench.read_metrics(root / name)]
+            if curve:
+                out[f"{name} rollout success"] = {"committed": old["runs"][name]["rollout_success"], "rerun": curve,
+                                                  "same": curve == old["runs"][name]["rollout_success"]}
+    return out
+
+
+def _read(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def print_searchqa(result) -> None:
+    names = result["runs"]
+    print("seed   SFT   " + "  ".join(f"{n:>16}" for n in names) + "   (held-out EM %, gain over SFT paired by question)")
+    for s, row in result["per_seed"].items():
+        cells = [f"{100 * row[n]['em']:5.1f} ({100 * row[n]['gain']['mean']:+5.1f})" if n in row else " " * 16 for n in names]
+        print(f"{s:>4} {100 * row['sft']:5.1f}   " + "  ".join(f"{c:>16}" for c in cells))
+    for key, d in result["over_seeds"].items():
+        if d.get("mean") is None:
+            continue
+        ci = f"  95% CI [{100 * d['ci95'][0]:+5.1f}, {100 * d['ci95'][1]:+5.1f}]" if "ci95" in d else ""
+        print(f"{key:<24} {100 * d['mean']:+5.1f} over seeds {d['seeds']}{ci}  favour: {d['favour_first']} vs "
+              f"{d['favour_second']} ({d['ties']} ties)")
+    if result["grpo_validation_means"]:
+        print("GRPO settings, validation EM over seeds: "
+              + ", ".join(f"{n} {100 * v:.1f}" for n, v in result["grpo_validation_means"].items())
+              + (f"  -> {result['grpo_chosen']}" if result["grpo_chosen"] else "  (not all evaluated yet)"))
+    for key, c in result["seed0_rerun"].items():
+        print(f"seed-0 rerun vs committed: {key}: {'same' if c['same'] else 'differs'}")
+
+
+def plot_searchqa(result, path: Path) -> None:
+    """Training-rollout EM per iteration (mean and min-max band over seeds) beside every run's held-out EM."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (curve, dots) = plt.subplots(1, 2, figsize=(11, 4), dpi=100)
+    names = result["runs"]
+    for name, color in zip(names[:2], ("tab:blue", "tab:orange")):
+        curves = [r[name]["rollout_success"] for r in result["per_seed"].values() if name in r and r[name]["rollout_success"]]
+        if not curves:
+            continue
+        n = min(len(c) for c in curves)
+        arr = 100 * np.array([c[:n] for c in curves])
+        x = np.arange(1, n + 1)
+        curve.plot(x, arr.mean(0), color=color, label=f"{name} (mean of {len(curves)} seeds)")
+        curve.fill_between(x, arr.min(0), arr.max(0), color=color, alpha=0.2)
+    curve.set_xlabel("iteration")
+    curve.set_ylabel("training-rollout EM % (sampled, T=1; band: min-max over seeds)")
+    curve.grid(alpha=0.3)
+    curve.legend(fontsize=8)
+    sft = [100 * r["sft"] for r in result["per_seed"].values()]
+    if sft:
+        dots.axhline(sft[0], color="gray", ls="--", label="after SFT (the shared warm start)")
+    for s, row in result["per_seed"].items():
+        xs = [k for k, n in enumerate(names) if n in row]
+        dots.plot(xs, [100 * row[names[k]]["em"] for k in xs], "o-", alpha=0.7, label=f"seed {s}")
+    dots.set_xticks(range(len(names)), names)
+    dots.set_ylabel("held-out EM % (438 test questions, greedy)")
+    dots.grid(alpha=0.3)
+    dots.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def webshop_results(args, teacher: bool) -> dict[str, Any] | None:
+    """``bench_llm_learning``'s report of one WebShop run root (GiGPO - GRPO paired by goal), with the teachers' play."""
+    b = webshop_args(args, teacher)
+    if not (Path(b.run_root) / "after-sft" / "eval.json").is_file():
+        return None
+    b.plot = str(Path(args.results) / f"llm_study_{'webshop_teacher' if teacher else 'webshop'}.png")
+    result = bench.report(b)
+    evals = {p.parent.name: json.loads(p.read_text()) for p in sorted(Path(b.run_root).glob("*/eval.json"))}
+    result["paging"] = {name: paging_share(ev["episodes"]) for name, ev in evals.items()}
+    if teacher and (Path(b.run_root) / "teachers.json").is_file():
+        played = play_teachers(args)
+        result["teachers"] = {style: {"success": bench.em_sem([e["won"] for e in p["episodes"]]),
+                                      "score": bench.em_sem([e["score"] for e in p["episodes"]]),
+                                      "steps": float(np.mean([e["steps"] for e in p["episodes"]])),
+                                      "paging": paging_share(p["episodes"])}
+                              for style, p in played.items()}
+        for style, t in result["teachers"].items():
+            print(f"teacher {style:<5} success {100 * t['success'][0]:5.1f} +- {100 * t['success'][1]:.1f}  "
+                  f"score {100 * t['score'][0]:5.1f} +- {100 * t['score'][1]:.1f}  steps {t['steps']:.2f}  "
+                  f"next-page clicks {100 * t['paging']:.1f}% of actions")
+    return result
+
+
+def paging_share(episodes) -> float:
+    """The share of actions that page the results (``click[next >]``)."""
+    actions = [a for e in episodes for a in e["actions"] if a]
+    return sum("click[next >]" in a.lower() for a in actions) / max(len(actions), 1)
+
+
+def write_results(args) -> None:
+    out = Path(args.results)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"study": "bench_llm_study", "seeds": args.seeds, "overrides": args.set, "runs": _read(Path(args.root) / "study.json")}
+    searchqa = searchqa_results(args)
+    if searchqa is not None:
+        print_searchqa(searchqa)
+        plot_searchqa(searchqa, out / "llm_study_searchqa.png")
+        (out / "llm_study_searchqa.json").write_text(json.dumps({**meta, "config": args.searchqa_config, **searchqa}, indent=1))
+    for teacher in (False, True):
+        result = webshop_results(args, teacher)
+        if result is not None:
+            name = "llm_study_webshop_teacher.json" if teacher else "llm_study_webshop.json"
+            (out / name).write_text(json.dumps({**meta, "config": args.webshop_config, **result}, indent=1))
+
+
+def record_start(args) -> None:
+    """Append this invocation (commit, command, machine, time) to ``ROOT/study.json``."""
+    from gigpo_gym.core.data import write_atomically
+
+    def git(*cmd: str) -> str:
+        return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").is_file() else platform.processor()
+    path = Path(args.root) / "study.json"
+    log = _read(path) or []
+    log.append({"started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "commit": git("rev-parse", "HEAD"),
+                "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no")), "command": sys.argv,
+                "cwd": str(Path.cwd()), "machine": f"{platform.node()}: {cpu}, {_cores()} cores", "threads": args.threads})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, json.dumps(log, indent=1))
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0
+
+
+def run_stage(args, stage: str) -> None:
+    started = time.perf_counter()
+    print(f"== stage {stage} ({datetime.datetime.now():%Y-%m-%d %H:%M})", flush=True)
+    if stage == "searchqa":
+        run_pairs(searchqa_args(args))
+    elif stage == "grpo-settings":
+        grpo_settings_stage(args)
+    elif stage == "webshop":
+        run_pairs(webshop_args(args))
+    elif stage == "teacher":
+        play_teachers(args)
+        run_pairs(webshop_args(args, teacher=True))
+    print(f"== stage {stage} done in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
+    write_results(args)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", default="runs/study", help="where every run and evaluation goes")
+    p.add_argument("--results", default=str(ROOT / "benchmarks" / "results"), help="where the results JSON and figures go")
+    p.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3], help="SearchQA training seeds")
+    p.add_argument("--grpo-lr", nargs="*", default=["1e-5"], help="GRPO learning rates beside the recipe's")
+    p.add_argument("--grpo-iterations", nargs="*", type=int, default=[10],
+                   help="GRPO iteration counts beside the recipe's (checkpoints of its runs)")
+    p.add_argument("--questions", type=int, default=None,
+                   help="SearchQA test questions, evenly spaced over the split (default: all of them)")
+    p.add_argument("--validation", type=int, default=200, help="train-split questions to choose GRPO's setting on")
+    p.add_argument("--webshop-goals", type=int, default=200, help="WebShop test goals, evenly spaced over the split")
+    p.add_argument("--searchqa-config", default=str(ROOT / "configs" / "searchqa_smollm2.yaml"))
+    p.add_argument("--webshop-config", default=str(ROOT / "configs" / "webshop_smollm2.yaml"))
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for every run (repeatable)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, one per core)")
+    p.add_argument("--keep-optimizer", action="store_true", help="keep finished runs' optimiser states")
+    p.add_argument("--report", action="store_true", help="only write the results of what ROOT holds")
+    return p
+
+
+def main(argv=None) -> None:
+    args = parser().parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    if args.report:
+        write_results(args)
+        return
+    record_start(args)
+    for stage in args.stages:
+        run_stage(args, stage)  # each ends by writing the results so far
+
+
+if __name__ == "__main__":
+    main()

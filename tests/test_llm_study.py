@@ -1,0 +1,80 @@
+"""benchmarks/bench_llm_study.py: the study skips what is done, redoes only what is missing, and its statistics over seeds."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["model.name=tiny", "model.device=cpu", "model.tiny.corpus_episodes=2", "model.tiny.vocab_size=300",
+        "model.tiny.hidden_size=32", "model.tiny.intermediate_size=64", "sft.steps=1", "sft.episodes=3", "iterations=2",
+        "save_every=1", "env.num_groups=1", "env.group_size=2", "sampling.max_new_tokens=6", "optim.micro_batch_size=4",
+        "model.max_prompt_tokens=128"]
+
+
+def load_study():
+    spec = importlib.util.spec_from_file_location("bench_llm_study", ROOT / "benchmarks" / "bench_llm_study.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    return study
+
+
+def test_over_seeds_is_the_student_t_interval_with_n_minus_1_df_and_counts_the_seeds_each_side_wins():
+    study = load_study()
+    d = study.over_seeds({0: 0.05, 1: -0.01, 2: 0.03, 3: 0.03})
+    sd = math.sqrt(((0.05 - 0.025) ** 2 + 0.035 ** 2 + 2 * 0.005 ** 2) / 3)  # mean 0.025, n - 1 = 3
+    half = 3.182 * sd / 2  # t(0.975, 3 df) * sd / sqrt(4)
+    assert d["mean"] == pytest.approx(0.025)
+    assert d["ci95"] == pytest.approx([0.025 - half, 0.025 + half])
+    assert (d["favour_first"], d["favour_second"], d["ties"]) == (3, 1, 0)
+    assert study.over_seeds({0: 0.0, 1: 0.02})["ties"] == 1
+    # the better setting on validation, the recipe (listed first) on a tie
+    assert study.choose({"grpo": 0.40, "grpo-10it": 0.45, "grpo-lr1e-5": 0.45}) == "grpo-10it"
+    assert study.choose({"grpo": 0.45, "grpo-10it": 0.45}) == "grpo"
+
+
+@pytest.mark.slow
+def test_the_study_skips_every_finished_stage_and_redoes_only_what_is_missing(tmp_path, monkeypatch):
+    """A tiny model through the SearchQA stages: warm start, a GiGPO/GRPO pair, GRPO's settings on validation."""
+    study = load_study()
+    argv = ["--root", str(tmp_path / "study"), "--results", str(tmp_path / "results"), "--stages", "searchqa",
+            "grpo-settings", "--seeds", "0", "--grpo-lr", "--grpo-iterations", "1", "--questions", "2",
+            "--validation", "2", *(x for o in TINY for x in ("--set", o))]
+    study.main(argv)
+    root = tmp_path / "study" / "searchqa"
+    for name in ("after-sft", "seed0-gigpo", "seed0-grpo", "validation/seed0-grpo", "validation/seed0-grpo-1it"):
+        assert (root / name / "eval.json").is_file(), name
+    assert not list(root.glob("seed0-*/checkpoints/iter-*/optimizer.pt"))  # finished runs keep weights only
+    assert (root / "seed0-grpo" / "checkpoints" / "iter-000001" / "policy.safetensors").is_file()
+    validation = json.loads((root / "validation" / "tasks.json").read_text())["task_ids"]
+    test = [e["task_id"] for e in json.loads((root / "seed0-grpo" / "eval.json").read_text())["episodes"]]
+    assert len(validation) == 2 and not set(validation) & set(test)
+    result = json.loads((tmp_path / "results" / "llm_study_searchqa.json").read_text())
+    assert result["grpo_chosen"] in ("grpo", "grpo-1it") and set(result["per_seed"]["0"]) >= {"sft", "gigpo", "grpo"}
+    assert (tmp_path / "results" / "llm_study_searchqa.png").is_file()
+
+    # the same command again: nothing is trained or evaluated
+    from gigpo_gym.algos.training import trainer
+
+    def refuse(*a, **k):
+        raise AssertionError("a finished stage ran again")
+
+    monkeypatch.setattr(trainer, "run_training", refuse)
+    monkeypatch.setattr(trainer, "_warm_start", refuse)
+    monkeypatch.setattr(study.bench, "evaluate", refuse)
+    study.main(argv)
+
+    # an evaluation killed before it wrote its file, and one of the validation's: those two run, nothing else
+    (root / "seed0-grpo" / "eval.json").unlink()
+    (root / "validation" / "seed0-grpo-1it" / "eval.json").unlink()
+    played: list[int] = []
+    monkeypatch.setattr(study.bench, "evaluate", lambda args, policy, cfg, tasks=None: played.append(tasks is None) or
+                        {"episodes": [{"task_id": t, "task_type": "", "won": False, "score": 0.0, "steps": 1, "invalid": 0,
+                                       "cut": 0, "replies": [], "actions": []} for t in (validation if tasks else test)],
+                         "seconds": 0.0, "generated_tokens": 0})
+    study.main(argv)
+    assert sorted(played) == [False, True]  # one validation evaluation, one test evaluation
