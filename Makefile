@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned and installed first: a CPU wheel of 2.13.0 is available, while an
 # unpinned torch pulled in by a dependency brings gigabytes of CUDA packages.
 TORCH := torch==2.13.0
-TEST_EXTRAS := test,train,dense,ray,browser,alfworld,sb3,fast,deepspeed,docs
+TEST_EXTRAS := test,train,dense,ray,browser,alfworld,sb3,fast,deepspeed,docs,trl,openenv,skyrl
 
 .PHONY: test demo docs venv browser-deps clean
 
