@@ -15,14 +15,14 @@ DESCRIPTION = "gigpo-gym: list the envs, play one by hand, serve the sites, trai
 #: Modules that add sub-commands through ``add_cli(subparsers)`` (imported only if installed).
 CONTRIBUTORS = ("gigpo_gym.envs.alfworld.cli", "gigpo_gym.algos.cli", "gigpo_gym.algos.leaderboard.cli")
 #: Modules that add a server under ``gigpo-gym serve`` through ``add_serve_cli(subparsers)``.
-SERVERS = ("gigpo_gym.envs.searchqa.cli", "gigpo_gym.envs.webshop.cli")
+SERVERS = ("gigpo_gym.envs.searchqa.cli", "gigpo_gym.envs.webshop.cli", "gigpo_gym.integrations.cli")
 #: Optional modules -> the extra that installs them (a command missing one says which extra to install).
 EXTRA_OF_MODULE = {
     "torch": "train", "transformers": "train", "peft": "train", "safetensors": "train", "tokenizers": "train",
     "gguf": "train", "yaml": "train", "tensorboard": "train", "matplotlib": "train", "stable_baselines3": "sb3",
     "sb3_contrib": "sb3", "selenium": "browser", "psutil": "browser", "textworld": "alfworld", "alfworld": "alfworld",
     "sentence_transformers": "dense", "ray": "ray", "accelerate": "train", "deepspeed": "deepspeed", "vllm": "vllm",
-    "openai": "api",
+    "openai": "api", "openenv": "openenv", "trl": "trl", "datasets": "trl", "skyrl_gym": "skyrl",
 }
 #: What ends a ``play`` session (besides end of input and Ctrl-C).
 QUIT = {"q", "quit", "exit"}
