@@ -221,10 +221,10 @@ def test_surrogate_clips_and_kl_is_the_k3_estimator():
     old = torch.zeros(1, 3)
     w = LossWeights(kl_coef=0.0, entropy_coef=0.0)
     same, stats = policy_loss(old.clone(), old, torch.tensor([2.0]), mask, 2.0, w)
-    assert float(same) == pytest.approx(-2.0) and stats["clip_fraction"] == 0.0
+    assert float(same) == pytest.approx(-2.0) and float(stats["clip_fraction"]) == 0.0
     pushed = torch.log(torch.tensor([[1.5, 1.0, 9.0]]))  # ratio 1.5 on a positive advantage: clipped at 1.2
     loss, stats = policy_loss(pushed, old, torch.tensor([1.0]), mask, 2.0, w)
-    assert float(loss) == pytest.approx(-(1.2 + 1.0) / 2) and stats["clip_fraction"] == 0.5
+    assert float(loss) == pytest.approx(-(1.2 + 1.0) / 2) and float(stats["clip_fraction"]) == 0.5
     assert float(k3_kl(old, old).abs().sum()) == 0.0
     lp, ref = torch.tensor([-1.0]), torch.tensor([-2.0])
     assert float(k3_kl(lp, ref)) == pytest.approx(float(torch.exp(ref - lp) - (ref - lp) - 1))
@@ -241,7 +241,7 @@ def test_a_capped_kl_stops_one_unlikely_token_from_swamping_the_update():
         (grad,) = torch.autograd.grad(loss, lp)
         assert float(grad[0, 0]) == pytest.approx(float(first_grad) / 2, rel=1e-4)  # a token-mean over 2 tokens
         assert float(grad[0, 1]) == pytest.approx((1 - float(torch.exp(torch.tensor(-0.5)))) / 2, rel=1e-4)
-    assert stats["kl_ref"] == pytest.approx((10.0 + float(k3_kl(lp.detach()[:, 1:], ref[:, 1:]))) / 2, rel=1e-5)
+    assert float(stats["kl_ref"]) == pytest.approx((10.0 + float(k3_kl(lp.detach()[:, 1:], ref[:, 1:]))) / 2, rel=1e-5)
     with pytest.raises(ConfigError, match="kl_max must be > 0"):
         load_config(None, ["optim.kl_max=0"])
 

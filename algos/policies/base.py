@@ -15,6 +15,11 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
 
 from gigpo_gym.core.env import derive_seed
 
+#: Attention kernels a Hugging Face policy loads with (``hf.attention_kernel`` resolves "auto").
+ATTENTION = ("auto", "sdpa", "flash_attention_2", "eager")
+#: What samples a Hugging Face policy's free text: its own decode loop or transformers' continuous batching.
+DECODERS = ("auto", "loop", "continuous")
+
 if TYPE_CHECKING:  # the interface itself needs no torch: reference policies run without it
     import torch
 

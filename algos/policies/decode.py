@@ -92,6 +92,63 @@ def _generate_pass(policy: Any, prompt_ids: list[list[int]], sampling: SamplingP
     return result
 
 
+#: Tokens per page of continuous batching's paged KV cache.
+PAGE = 256
+
+
+def generate_continuous(policy: Any, prompt_ids: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+    """One reply per prompt through transformers' continuous batching (``generate_batch``, paged attention).
+
+    The measured alternative to ``generate`` (``benchmarks/gpu_check.py`` times both on the
+    same rows).  Its scheduler ends a row on eos only, so a row that writes a stop string
+    runs on to eos or ``max_new_tokens`` and is cut here after the stop string's token; its
+    sampler draws from torch's default generator, seeded here from ``sampling.seed`` and
+    restored afterwards.  Rows come back in prompt order.
+    """
+    from transformers import ContinuousBatchingConfig, GenerationConfig
+
+    if not prompt_ids:
+        return []
+    greedy = sampling.temperature == 0
+    config = GenerationConfig(max_new_tokens=sampling.max_new_tokens, do_sample=not greedy,
+                              temperature=None if greedy else sampling.temperature,
+                              top_p=None if greedy else sampling.top_p, top_k=None,
+                              eos_token_id=sorted(policy.eos_ids), pad_token_id=policy.tokenizer.pad_token_id)
+    gen = policy._generator
+    seed = int(sampling.seed) if sampling.seed is not None else int(torch.randint(2**31, (1,), generator=gen,
+                                                                                    device=gen.device))
+    devices = [policy.device] if policy.device.type == "cuda" else []
+    # a paged cache sized to these rows (left to itself it takes most of the device's free memory)
+    blocks = sum(-(-(len(p) + sampling.max_new_tokens) // PAGE) for p in prompt_ids) + 1
+    batching = ContinuousBatchingConfig(return_logprobs=True, seed=seed, page_size=PAGE, num_blocks=blocks,
+                                        max_batch_tokens=min(sum(map(len, prompt_ids)) + len(prompt_ids), 16384))
+    with torch.random.fork_rng(devices=devices):
+        outputs = policy.model.generate_batch([list(p) for p in prompt_ids], generation_config=config,
+                                              progress_bar=False, continuous_batching_config=batching)
+    by_prompt = {}
+    for out in outputs.values():
+        by_prompt.setdefault(tuple(out.prompt_ids), []).append(out)
+    result = []
+    for p in prompt_ids:
+        out = by_prompt[tuple(p)].pop(0)
+        tokens, logps = list(out.generated_tokens), [float(x) for x in out.logprobs]
+        n, finished = _end(policy, tokens, sampling.stop)
+        result.append(Generation(policy.response_prefix + policy._decode(tokens[:n], sampling.stop), list(p),
+                                 tokens[:n], logps[:n], finished))
+    return result
+
+
+def _end(policy: Any, tokens: list[int], stop: tuple[str, ...]) -> tuple[int, bool]:
+    """Where a reply ends: after its first eos or the token that completes a stop string; (length, ended)."""
+    may_stop = stop_candidates(policy, tuple(stop)) if stop else None
+    for k, token in enumerate(tokens):
+        if token in policy.eos_ids:
+            return k + 1, True
+        if may_stop is not None and bool(may_stop[token]) and policy._hit_stop(tokens[: k + 1], stop):
+            return k + 1, True
+    return len(tokens), False
+
+
 def stop_candidates(policy: Any, stop: tuple[str, ...]) -> torch.Tensor:
     """``[vocabulary]`` bool: tokens whose text holds the last character of a stop string (cached on the policy).
 

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from gigpo_gym.algos.policies import decode
-from gigpo_gym.algos.policies.base import ChoiceBatch, Generation, SamplingParams, TokenBatch, TokenScores
+from gigpo_gym.algos.policies.base import ATTENTION, DECODERS, ChoiceBatch, Generation, SamplingParams, TokenBatch, TokenScores
 from gigpo_gym.registration import missing_extra_error
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -56,6 +56,7 @@ class HFPolicy(nn.Module):
         compute_dtype: str | None = None,
         gradient_checkpointing: bool = False,
         logits_chunk: int = 1024,
+        decoder: str = "auto",
     ):
         super().__init__()
         self.model = model
@@ -79,13 +80,13 @@ class HFPolicy(nn.Module):
             raise ValueError(f"logits_chunk must be >= 1, got {logits_chunk}")
         #: Response positions whose vocabulary logits exist at once (bounds memory at large vocabularies).
         self.logits_chunk = int(logits_chunk)
-        self.gradient_checkpointing = bool(gradient_checkpointing)
-        if self.gradient_checkpointing:
-            enable = getattr(self.model, "activation_checkpointing_enable", None)  # transformers >= 5.x
-            if enable is not None:
-                enable(activation_checkpointing_kwargs={"use_reentrant": False})
-            else:
-                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if decoder not in DECODERS:
+            raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
+        #: What samples free text: the package's decode loop or transformers' continuous batching (``decode``).
+        self.decoder = decoder
+        self.gradient_checkpointing = False
+        if gradient_checkpointing:
+            self.set_checkpointing(True)
         hidden = self._base_config().hidden_size
         self.value_head = nn.Linear(hidden, 1) if critic else None
         if self.value_head is not None:
@@ -108,15 +109,21 @@ class HFPolicy(nn.Module):
         dtype: str = "float32",
         gguf_file: str | None = None,
         lora: dict[str, Any] | None = None,
+        attention: str = "auto",
         **kwargs: Any,
     ) -> "HFPolicy":
-        """Load a causal LM and its tokenizer; ``lora`` (peft ``LoraConfig`` kwargs) adds adapters."""
+        """Load a causal LM and its tokenizer; ``lora`` (peft ``LoraConfig`` kwargs) adds adapters.
+
+        ``attention`` is the attention kernel (``attention_kernel`` resolves ``"auto"``).
+        """
         tf = _transformers()
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
         extra = {"gguf_file": gguf_file} if gguf_file else {}
+        kernel = attention_kernel(attention, resolve_device(device), kwargs.get("compute_dtype") or dtype)
         tokenizer = _load_tokenizer(str(name_or_path), **extra)
-        model = tf.AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=_DTYPES[dtype], **extra)
+        model = tf.AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=_DTYPES[dtype], attn_implementation=kernel,
+                                                        **extra)
         policy = cls(model, tokenizer, device=device, **kwargs)
         if lora is not None:
             policy.add_lora(lora)
@@ -232,13 +239,14 @@ class HFPolicy(nn.Module):
             return []
         was_training = self.training
         self.eval()
-        try:
+        try:  # generation computes in compute_dtype as the update does (bf16 on GPUs, not float32)
             prompt_ids = [self.encode_prompt(p) for p in prompts]
             if self.choose_admissible:
                 if contexts is None or len(contexts) != len(prompts):
                     raise ValueError("choose_admissible needs one context with admissible_actions per prompt")
                 return self._choose(prompt_ids, [list(c.get("admissible_actions") or []) for c in contexts], sampling)
-            return self._generate(prompt_ids, sampling)
+            with self.compute():
+                return self._generate(prompt_ids, sampling)
         finally:
             self.train(was_training)
 
@@ -300,7 +308,7 @@ class HFPolicy(nn.Module):
         tf = _transformers()
         ids, mask = self._left_padded(prompt_ids)
         cache = tf.DynamicCache()
-        with self.autocast():
+        with self.compute():
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
                              use_cache=True, logits_to_keep=1, **{self._cache_kw: cache})
         first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
@@ -324,7 +332,7 @@ class HFPolicy(nn.Module):
         later = torch.zeros(0)
         if index:
             bias = torch.zeros(allowed.shape, dtype=self.model.dtype).masked_fill_(~allowed, torch.finfo(self.model.dtype).min)
-            with self.autocast():
+            with self.compute():
                 more = self.model(input_ids=inputs.to(self.device), attention_mask=bias[:, None].to(self.device),
                                   position_ids=positions.to(self.device), use_cache=True, **{self._cache_kw: cache})
             logits = more.logits.float()
@@ -346,6 +354,8 @@ class HFPolicy(nn.Module):
         gen = self._generator
         if sampling.seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(int(sampling.seed))
+        if decoder_for(self.decoder, self.device) == "continuous":
+            return decode.generate_continuous(self, prompt_ids, sampling)
         return decode.generate(self, prompt_ids, sampling, gen)
 
     def _left_padded(self, prompt_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -356,7 +366,7 @@ class HFPolicy(nn.Module):
         for i, p in enumerate(prompt_ids):
             ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
             mask[i, width - len(p) :] = 1
-        return ids.to(self.device), mask.to(self.device)
+        return self.to_device(ids), self.to_device(mask)
 
     def _hit_stop(self, response: list[int], stop: tuple[str, ...]) -> bool:
         tail = self.tokenizer.decode(response[-16:], skip_special_tokens=True)
@@ -394,16 +404,16 @@ class HFPolicy(nn.Module):
         ids = torch.full((len(batch), width), self.tokenizer.pad_token_id, dtype=torch.long)
         for i, (p, r) in enumerate(zip(batch.prompt_ids, batch.response_ids)):
             ids[i, : len(p) + len(r)] = torch.tensor(list(p) + list(r), dtype=torch.long)
-        ids = ids.to(self.device)
+        ids = self.to_device(ids)
         positions = torch.arange(width, device=self.device)[None, :].expand(len(batch), -1)
-        with self.autocast():
+        with self.compute():
             hidden = self.model.get_decoder()(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state
         # the hidden state at (prompt_len + j - 1) predicts response token j
         max_resp = max(int(resp_lens.max()), 1)
         mask = torch.arange(max_resp)[None, :] < resp_lens[:, None]
         rows, cols = mask.nonzero(as_tuple=True)
-        at = (prompt_lens[rows] + cols - 1).to(self.device)
-        rows_d, cols_d = rows.to(self.device), cols.to(self.device)
+        at = self.to_device(prompt_lens[rows] + cols - 1)
+        rows_d, cols_d = self.to_device(rows), self.to_device(cols)
         token_logp, entropy = self._score_positions(hidden[rows_d, at], ids[rows_d, at + 1], with_entropy)
         out_logp = torch.zeros((len(batch), max_resp), dtype=torch.float32, device=self.device)
         out_logp = out_logp.index_put((rows_d, cols_d), token_logp)
@@ -412,8 +422,8 @@ class HFPolicy(nn.Module):
             out_entropy = torch.zeros_like(out_logp).index_put((rows_d, cols_d), entropy)
         extras = {}
         if with_values:
-            extras["values"] = self._value_at(hidden, (prompt_lens - 1).to(self.device))
-        return TokenScores(out_logp, mask.float().to(self.device), out_entropy, extras)
+            extras["values"] = self._value_at(hidden, self.to_device(prompt_lens - 1))
+        return TokenScores(out_logp, self.to_device(mask.float()), out_entropy, extras)
 
     def _choice_scores(self, batch: ChoiceBatch, with_entropy: bool, with_values: bool) -> TokenScores:
         """Differentiable log-prob of each row's choice among its options, in one decoder pass.
@@ -453,7 +463,7 @@ class HFPolicy(nn.Module):
                     targets.append(token)
                     option_of.append(r * most + k)
         bias = torch.zeros(allowed.shape, dtype=self.model.dtype).masked_fill_(~allowed, torch.finfo(self.model.dtype).min)
-        with self.autocast():
+        with self.compute():
             hidden = self.model.get_decoder()(input_ids=ids.to(self.device), attention_mask=bias[:, None].to(self.device),
                                               position_ids=positions.to(self.device), use_cache=False).last_hidden_state
         token_logp, _ = self._score_positions(hidden.reshape(rows * width, -1)[torch.tensor(at, device=self.device)],
@@ -524,7 +534,35 @@ class HFPolicy(nn.Module):
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=_DTYPES[self.compute_dtype])
 
+    @contextlib.contextmanager
+    def compute(self):
+        """What every decoder pass runs under: ``autocast`` and the attention kernels ``sdpa_backends`` allows."""
+        with self.autocast(), sdpa_backends(self.device):
+            yield
+
+    def set_checkpointing(self, enabled: bool) -> None:
+        """Recompute each decoder layer in the backward pass (``enabled``) or keep its activations."""
+        if hasattr(self.model, "activation_checkpointing_enable"):  # transformers >= 5.x
+            if enabled:
+                self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                self.model.activation_checkpointing_disable()
+        elif enabled:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            self.model.gradient_checkpointing_disable()
+        self.gradient_checkpointing = bool(enabled)
+
     # -- helpers ---------------------------------------------------------------------
+    def to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A host tensor on the policy's device, without waiting for the GPU's queue.
+
+        A blocking copy to a GPU waits for every kernel queued before it; in the update's
+        loop that would stall the host once per micro-batch.  From pageable memory CUDA
+        stages the bytes before the call returns, so the host tensor may go at once.
+        """
+        return tensor.to(self.device, non_blocking=True)
+
     def _base_config(self) -> Any:
         return self.model.config
 
@@ -540,6 +578,49 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def sdpa_backends(device: torch.device):
+    """SDPA's kernels on a GPU: flash, memory-efficient or math, never cuDNN's.
+
+    Measured on an H200 (torch 2.11): SDPA chose cuDNN's attention, which builds a plan
+    for every new sequence length, 7 ms of host time per layer and call; a decoding step
+    (a new length each time) took 322 ms at 128 rows, and every micro-batch of the update
+    (lengths differ) paid it again.  Its backward is also non-deterministic.
+    """
+    if torch.device(device).type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
+def decoder_for(name: str, device: torch.device) -> str:
+    """The decoder ``"auto"`` means on ``device``: the package's own loop everywhere.
+
+    On an H200 the loop was measured against continuous batching on the recipe's rows
+    (``benchmarks/gpu_check.py``; docs/gpu.md has the numbers).
+    """
+    return "loop" if name == "auto" else name
+
+
+def attention_kernel(name: str, device: torch.device, compute_dtype: str) -> str:
+    """The attention implementation a model loads with (transformers' ``attn_implementation``).
+
+    ``"auto"`` takes FlashAttention-2 where the ``flash_attn`` package imports, the model
+    runs on a GPU and computes in 16 bits; otherwise PyTorch's SDPA, which picks its own
+    flash or memory-efficient kernel on a GPU and a fused kernel on a CPU.
+    """
+    if name not in ATTENTION:
+        raise ValueError(f"attention must be one of {', '.join(ATTENTION)}, got {name!r}")
+    if name != "auto":
+        return name
+    import importlib.util
+
+    sixteen_bits = compute_dtype in ("bfloat16", "float16")
+    if device.type == "cuda" and sixteen_bits and importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2"
+    return "sdpa"
 
 
 def _load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gigpo_gym.algos.policies.base import ATTENTION, DECODERS
+
 
 DTYPES = ("float32", "bfloat16", "float16")
 LR_SCHEDULES = ("constant", "linear", "cosine")
@@ -80,6 +82,12 @@ class ModelConfig:
     """Recompute each decoder layer in the backward pass instead of storing its activations (long prompts, big models)."""
     logits_chunk: int = 1024
     """Response positions whose vocabulary logits are built at once when scoring (bounds memory at 152k vocabularies)."""
+    attention: str = "auto"
+    """Attention kernel: 'auto' (FlashAttention-2 where flash_attn imports on a GPU with 16-bit compute, else PyTorch's SDPA), 'sdpa', 'flash_attention_2' or 'eager'."""
+    decoder: str = "auto"
+    """What samples free text with model.generation 'hf': 'loop' (the package's decode loop), 'continuous' (transformers' continuous batching) or 'auto' (the faster on the device, docs/gpu.md)."""
+    tf32: bool = True
+    """On CUDA, run any float32 matmul on TF32 tensor cores (no effect on a CPU)."""
     lora: dict[str, Any] | None = None
     """peft LoraConfig kwargs (e.g. {r: 8}); None trains every weight."""
     use_chat_template: bool | None = None
@@ -277,6 +285,10 @@ class TrainConfig:
                 close = difflib.get_close_matches(str(value), DTYPES, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ConfigError(f"{name} must be one of {list(DTYPES)}, got {value!r}{hint}")
+        if self.model.attention not in ATTENTION:
+            raise ConfigError(f"model.attention must be one of {', '.join(ATTENTION)}, got {self.model.attention!r}")
+        if self.model.decoder not in DECODERS:
+            raise ConfigError(f"model.decoder must be one of {', '.join(DECODERS)}, got {self.model.decoder!r}")
         if self.model.logits_chunk < 1:
             raise ConfigError(f"model.logits_chunk must be >= 1, got {self.model.logits_chunk}")
         if e.anchor_mode not in ("state", "observation"):

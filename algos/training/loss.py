@@ -65,10 +65,12 @@ def policy_loss(
     ref_log_probs: torch.Tensor | None = None,
     kl: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Loss of one micro-batch (``[rows, tokens]`` tensors, ``advantages`` per row) and its stats.
 
     The KL term is ``kl`` where the caller knows it exactly, else k3 from ``ref_log_probs``.
+    The stats are detached 0-d tensors on the loss's device: reading them is left to the
+    caller, once per update, so a GPU's queue never waits on the host per micro-batch.
     """
     adv = advantages[:, None].to(log_probs.dtype)
     log_ratio = (log_probs - old_log_probs) * mask
@@ -78,20 +80,20 @@ def policy_loss(
     surrogate = torch.maximum(unclipped, clipped)
     loss = (surrogate * mask).sum() / token_count
     stats = {
-        "pg_loss": float(loss.detach()),
-        "clip_fraction": float(((clipped > unclipped).float() * mask).sum() / token_count),
-        "approx_kl_old": float((0.5 * log_ratio.detach() ** 2 * mask).sum() / token_count),
+        "pg_loss": loss.detach(),
+        "clip_fraction": ((clipped > unclipped).float() * mask).sum().detach() / token_count,
+        "approx_kl_old": (0.5 * log_ratio.detach() ** 2 * mask).sum() / token_count,
     }
     if kl is None and ref_log_probs is not None:
         kl = k3_kl(log_probs, ref_log_probs, weights.kl_max)
     if kl is not None and weights.kl_coef:
         kl = (kl * mask).sum() / token_count
         loss = loss + weights.kl_coef * kl
-        stats["kl_ref"] = float(kl.detach())
+        stats["kl_ref"] = kl.detach()
     if entropy is not None:
         ent = (entropy * mask).sum() / token_count
         loss = loss - weights.entropy_coef * ent
-        stats["entropy"] = float(ent.detach())
+        stats["entropy"] = ent.detach()
     return loss, stats
 
 

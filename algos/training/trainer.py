@@ -35,6 +35,7 @@ from gigpo_gym.algos.training.config import ConfigError, OptimConfig, TrainConfi
 from gigpo_gym.algos.training.loss import LossWeights, choice_kl, policy_loss, value_loss
 from gigpo_gym.algos.training.metrics import append_jsonl, keep_iterations, plot_curve, read_jsonl, rollout_metrics
 from gigpo_gym.algos.policies.base import ChoiceBatch, SamplingParams, TokenBatch
+from gigpo_gym.algos.policies.hf import sdpa_backends
 from gigpo_gym.algos.training.rollout import RewardShaping, Rollout, collect, llm_wrapper
 from gigpo_gym.core.anchor import digest
 from gigpo_gym.core.data import write_atomically
@@ -48,7 +49,7 @@ def build_policy(cfg: TrainConfig, device: str | None = None):
     m = cfg.model
     kwargs = dict(
         device=device or m.device, dtype=m.dtype, compute_dtype=m.compute_dtype, gradient_checkpointing=m.gradient_checkpointing,
-        logits_chunk=m.logits_chunk, lora=m.lora, use_chat_template=m.use_chat_template,
+        logits_chunk=m.logits_chunk, lora=m.lora, attention=m.attention, decoder=m.decoder, use_chat_template=m.use_chat_template,
         system_prompt=m.system_prompt, max_prompt_tokens=m.max_prompt_tokens, response_prefix=m.response_prefix,
         choose_admissible=m.choose_admissible,
         critic=_algorithm(cfg).needs_critic, sampling_seed=cfg.seed,
@@ -98,11 +99,60 @@ def learning_rate(optim: OptimConfig, iteration: int, iterations: int) -> float:
 
 
 def _pad(rows: list[list[float]], width: int, device: torch.device) -> torch.Tensor:
+    """Rows of per-token values as one zero-padded ``[rows, width]`` tensor on ``device``.
+
+    The copy does not block (see ``HFPolicy.to_device``): the update loop never waits for the GPU here.
+    """
     out = torch.zeros((len(rows), width), dtype=torch.float32)
     for i, r in enumerate(rows):
         if r:
             out[i, : len(r)] = torch.tensor(r[:width], dtype=torch.float32)
-    return out.to(device)
+    return out.to(device, non_blocking=True)
+
+
+def optimizer_options(device: torch.device) -> dict[str, Any]:
+    """AdamW's implementation: fused (one kernel for every tensor) on CUDA, torch's default elsewhere.
+
+    The fused step reads and writes each weight, gradient and moment once, where the
+    per-tensor loop launches kernels per tensor.  On a CPU the default is kept, so CPU
+    runs repeat the numbers they always gave.
+    """
+    return {"fused": True} if torch.device(device).type == "cuda" else {}
+
+
+def configure_matmul(device: torch.device, tf32: bool) -> None:
+    """TF32 tensor cores for any float32 matmul and convolution on CUDA (``model.tf32``).
+
+    Under bf16 autocast the big matmuls are bf16 already; what stays float32 (the value
+    head, a float32-only run) then runs on tensor cores at TF32's 10-bit mantissa instead of
+    the much slower full-float32 path.  These are torch's process-wide switches; a CPU
+    run leaves them as they are.
+    """
+    if torch.device(device).type != "cuda":
+        return
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+
+
+def micro_batches(rows: np.ndarray, lengths: np.ndarray, size: int) -> list[np.ndarray]:
+    """``rows`` cut into micro-batches of ``size`` rows of similar length (sorted by length, stable).
+
+    Each micro-batch pads its rows to its longest, so sorting keeps the padding small.
+    """
+    ordered = rows[np.argsort(lengths[rows], kind="stable")]
+    return [ordered[a : a + size] for a in range(0, len(ordered), size)]
+
+
+def padding_share(batches: list[np.ndarray], lengths: np.ndarray) -> float:
+    """Share of the tokens in ``batches`` (each padded to its longest row) that are padding."""
+    padded = sum(len(b) * int(lengths[b].max()) for b in batches if len(b))
+    return 1.0 - float(sum(int(lengths[b].sum()) for b in batches)) / padded if padded else 0.0
+
+
+def _synchronize(device: torch.device) -> None:
+    """Wait for the GPU's queue (for phase timings, once per mini-batch; nothing on a CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def configure_determinism(enabled: bool) -> None:
@@ -175,7 +225,9 @@ class Trainer:
             kl_coef=o.kl_coef, entropy_coef=o.entropy_coef, value_coef=o.value_coef, kl_max=o.kl_max,
         )
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, weight_decay=o.weight_decay)
+        configure_matmul(self.device, cfg.model.tf32)
+        self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, weight_decay=o.weight_decay,
+                                           **optimizer_options(self.device))
         self.reference = None
         self.shaping = RewardShaping(cfg.env.reward_scale, cfg.env.reward_source, cfg.env.invalid_action_penalty,
                                      cfg.env.revisit_penalty)
@@ -347,7 +399,9 @@ class Trainer:
         tokens = rollout.choice_batch if by_choice else rollout.tokens
         if self.algo.needs_critic:
             batch.values = whole.values
+        t_advantages = time.perf_counter()
         advantages = np.asarray(self.algo.advantages(batch), dtype=np.float64)
+        advantage_seconds = time.perf_counter() - t_advantages
         keep = np.asarray(self.algo.row_mask(batch), dtype=bool) & (whole.response_lengths > 0)
         zero_share = float(np.mean(np.abs(advantages[keep]) < 1e-9)) if keep.any() else 1.0
         if o.skip_zero_advantage:
@@ -376,24 +430,26 @@ class Trainer:
             group["lr"] = learning_rate(o, iteration, self.cfg.iterations)
         summed = ["pg_loss", "clip_fraction", "approx_kl_old"] + (["kl_ref"] if ref is not None else []) + (
             ["entropy"] if self.weights.entropy_coef > 0 else []) + (["value_loss"] if targets is not None else [])
-        stats: dict[str, list[float]] = {k: [] for k in summed}
+        stats: dict[str, list[torch.Tensor]] = {k: [] for k in summed}  # read once, after the loop
         norms: list[float] = []
         rng = np.random.default_rng(derive_seed(self.cfg.seed, iteration, 3))
         rows = np.flatnonzero(keep)
         mb = o.micro_batch_size
         total = whole.prompt_lengths + whole.response_lengths
+        step_seconds = 0.0
+        used: list[np.ndarray] = []  # this process's micro-batches (their padding share is logged)
         self.engine.train()
         for _ in range(o.epochs):
             order = rng.permutation(rows)
             for start in range(0, len(order), o.mini_batch_size):
                 mini = order[start : start + o.mini_batch_size]
-                mini = mini[np.argsort(total[mini], kind="stable")]
                 token_count = float(len(mini) if by_choice else whole.response_lengths[mini].sum())
-                mine = mini[whole.owner[mini] == p.rank]  # this process's rows of the mini-batch, in order
+                mine = micro_batches(mini[whole.owner[mini] == p.rank], total, mb)  # this process's rows, by length
+                used += mine
                 calls = int(-(-np.bincount(whole.owner[mini], minlength=p.world).max() // mb))
                 self.optimizer.zero_grad(set_to_none=True)
                 for call in range(calls):
-                    rows_idx = [int(i) for i in mine[call * mb : (call + 1) * mb]]
+                    rows_idx = [int(i) for i in mine[call]] if call < len(mine) else []
                     weight = float(p.world) if rows_idx else 0.0
                     # a zero-weight micro-batch (any own row) keeps the processes' calls in step
                     rows_idx = rows_idx or [int(np.flatnonzero(whole.owner == p.rank)[0])]
@@ -409,25 +465,31 @@ class Trainer:
                         ref_rows = _pad([ref[i] for i in idx], width, self.device)
                     loss, st = policy_loss(
                         scores.log_probs, _pad([old[i] for i in idx], width, self.device),
-                        torch.tensor(advantages[rows_idx], device=self.device), scores.mask, token_count, self.weights,
-                        ref_log_probs=ref_rows, kl=kl, entropy=scores.entropy,
+                        torch.from_numpy(advantages[rows_idx]).to(self.device, non_blocking=True), scores.mask,
+                        token_count, self.weights, ref_log_probs=ref_rows, kl=kl, entropy=scores.entropy,
                     )
                     if targets is not None:
-                        vt = torch.tensor(targets[rows_idx], device=self.device, dtype=torch.float32)
+                        vt = torch.from_numpy(targets[rows_idx]).to(self.device, torch.float32, non_blocking=True)
                         vl = value_loss(scores.extras["values"], vt, float(len(mini)), self.weights)
                         loss = loss + vl
-                        st["value_loss"] = float(vl.detach())
+                        st["value_loss"] = vl.detach()
                     if weight != 1.0:
                         loss = loss * weight
-                    p.backward(self.engine, loss, last=call == calls - 1)
+                    with sdpa_backends(self.device):  # checkpointing's recompute runs inside the backward
+                        p.backward(self.engine, loss, last=call == calls - 1)
                     if weight:
                         for k in summed:
                             stats[k].append(st[k])
+                _synchronize(self.device)  # the step's own time, apart from the queued forward and backward
+                t_step = time.perf_counter()
                 norms.append(p.step(self.engine, self.optimizer, self.params, o.max_grad_norm))
+                _synchronize(self.device)
+                step_seconds += time.perf_counter() - t_step
         self.refresh_actor()
         # per-micro-batch terms are parts of a mini-batch mean: sum them per mini-batch, average mini-batches
         updates = max(len(norms), 1)
-        totals = p.sum([float(np.sum(stats[k])) for k in summed])
+        read = {k: torch.stack(v).double().cpu().numpy() if v else np.zeros(0) for k, v in stats.items()}
+        totals = p.sum([float(np.sum(read[k])) for k in summed])
         m = {f"train/{k}": v / updates for k, v in zip(summed, totals) if norms}
         if norms:
             m["train/grad_norm"] = float(np.mean(norms))
@@ -439,7 +501,10 @@ class Trainer:
         m["train/zero_advantage_share"] = zero_share  # before skip_zero_advantage drops those rows
         m["time/score_seconds"] = score_seconds  # old log-probs (when recomputed) and the reference's
         m["time/reference_seconds"] = reference_seconds
-        m["time/optimize_seconds"] = time.perf_counter() - t_update
+        m["train/padding_share"] = padding_share(used, total)  # of this process's micro-batches
+        m["time/optimize_seconds"] = time.perf_counter() - t_update  # forward, backward and the optimiser steps
+        m["time/step_seconds"] = step_seconds  # the optimiser steps alone (clipping included)
+        m["time/advantage_seconds"] = advantage_seconds
         return m
 
     # -- bookkeeping -----------------------------------------------------------------
