@@ -384,3 +384,43 @@ def test_the_trainer_needs_its_config_and_its_environments(tiny, tmp_path):
         GiGPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny), args=config(tmp_path),
                      processing_class=AutoTokenizer.from_pretrained(tiny),
                      train_dataset=task_dataset(SEARCHQA, n=2), environment_factory=Plain)
+
+
+@pytest.mark.slow
+def test_two_processes_gather_the_rows_of_a_group_split_between_them(tiny, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gigpo_gym.algos.estimators.batch import StepBatch
+
+    worker = Path(__file__).resolve().parent / "integration_trl_worker.py"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}  # two CPU processes over gloo
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                             f"--master_port={free_port()}", "--max_restarts=0", str(worker), tiny, str(tmp_path)],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["processes"] for r in ranks] == [2, 2]
+    assert ranks[0]["batch"] == ranks[1]["batch"]  # every process runs the estimator on all rows
+    rows = ranks[0]["batch"]
+    assert sorted(set(rows["traj_ids"])) == [0, 1, 2, 3] and set(rows["group_ids"]) == {0}  # one group, both processes
+    batch = StepBatch(group_ids=np.array(rows["group_ids"], dtype=np.int64), traj_ids=np.array(rows["traj_ids"], dtype=np.int64),
+                      step_ids=np.array(rows["step_ids"], dtype=np.int64), rewards=rows["rewards"], anchors=rows["anchors"])
+    expected = get_algorithm("gigpo", omega=1.0, gamma=0.9, norm_by_std=True).advantages(batch)
+    table = {(int(t), int(s)): a for t, s, a in zip(rows["traj_ids"], rows["step_ids"], expected)}
+    for record in ranks:
+        for local, (turns, advantages) in enumerate(zip(record["turn"], record["advantages"])):
+            traj = 2 * record["rank"] + local
+            for k, a in zip(turns, advantages):
+                assert a == pytest.approx(table[traj, k] if k >= 0 else 0.0, abs=1e-6)
+    assert sum(sum(r["steps"]) for r in ranks) > 0
+
+
+def free_port() -> int:
+    """A free loopback port (bound, then released for torch.distributed to take)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,252 @@
+"""SmolLM2-135M-Instruct learns SearchQA through TRL, offline on the CPU: SFT, then GRPO and GiGPO.
+
+The setting of ``configs/searchqa_smollm2.yaml`` (world of 800 entities, top-2 passages,
+8 task groups x 8 episodes an iteration, lr 2e-5, KL 0.01 to the warm start, 15
+iterations), in TRL's tool-calling conversation:
+
+1. ``sft``: TRL's ``SFTTrainer`` on the expert's transcripts as tool calls
+   (``expert_conversations``), the replies only (``assistant_only_loss``);
+2. ``grpo`` and ``gigpo``: TRL's ``GRPOTrainer`` and ``GiGPOTrainer`` (omega 1, gamma 0.95)
+   from that warm start, on the same task rows and seed;
+3. each model answers the 438 test questions, greedy, in the conversation it trained in
+   (prompt tokens, its own reply tokens, the tool results' tokens: as TRL builds it).
+
+Each stage writes its folder and is skipped when the folder is complete, so a killed run
+resumes (an RL stage from TRL's last checkpoint).  The summary (EM per point, paired
+differences by question, wall times) goes to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+
+ENV_ID = "gigpo_gym/SearchQA-v0"
+ENV_KWARGS = {"world_size": 800, "topk": 2}
+
+
+def last_checkpoint(folder: Path) -> str | None:
+    """TRL's newest checkpoint in ``folder`` (a killed stage resumes from it), or None."""
+    checkpoints = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    return str(checkpoints[-1]) if checkpoints else None
+
+
+def sft(args, root: Path) -> Path:
+    """The warm start: SmolLM2 fine-tuned on the expert's tool-calling transcripts."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from gigpo_gym.algos.policies.smollm import smollm2_path
+    from gigpo_gym.integrations.trl import expert_conversations, with_tool_template
+
+    out = root / "sft"
+    if (out / "done.json").is_file():
+        return out
+    start = time.time()
+    tokenizer = with_tool_template(AutoTokenizer.from_pretrained(str(smollm2_path())))
+    data = expert_conversations(ENV_ID, "train", n=args.sft_episodes, seed=args.seed, tokenizer=tokenizer,
+                                max_observation_tokens=args.max_observation_tokens, **ENV_KWARGS)
+    config = SFTConfig(output_dir=str(out / "trainer"), max_steps=args.sft_steps, per_device_train_batch_size=1,
+                       gradient_accumulation_steps=8,
+                       learning_rate=args.lr, lr_scheduler_type="constant", logging_steps=1, report_to=[],
+                       save_strategy="steps", save_steps=5, save_total_limit=1, use_cpu=True, bf16=False,
+                       gradient_checkpointing=False, assistant_only_loss=True, seed=args.seed)
+    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(str(smollm2_path())), args=config,
+                         train_dataset=data.remove_columns(["reward"]), processing_class=tokenizer)
+    trainer.train(resume_from_checkpoint=last_checkpoint(out / "trainer"))
+    trainer.save_model(str(out))
+    tokenizer.save_pretrained(str(out))
+    (out / "done.json").write_text(json.dumps({"seconds": time.time() - start, "log": trainer.state.log_history}))
+    return out
+
+
+def rl(args, root: Path, algo: str, warm: Path) -> Path:
+    """``algo`` ("grpo": TRL's GRPOTrainer, "gigpo": GiGPOTrainer) from the warm start."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from gigpo_gym.integrations.trl import GiGPOConfig, GiGPOTrainer, environment_class, task_dataset
+
+    out = root / algo
+    if (out / "done.json").is_file():
+        return out
+    start = time.time()
+    tokenizer = AutoTokenizer.from_pretrained(str(warm))
+    common = dict(
+        # 64 episodes a step, generated at once; the loss runs over them 2 at a time (memory: 49k-token logits)
+        output_dir=str(out / "trainer"), per_device_train_batch_size=2,
+        gradient_accumulation_steps=args.groups * args.group_size // 2, num_generations=args.group_size,
+        max_steps=args.iterations,
+        learning_rate=args.lr, lr_scheduler_type="constant", beta=args.kl, temperature=1.0,
+        max_completion_length=args.max_completion_length, max_tool_calling_iterations=5, logging_steps=1,
+        save_strategy="steps", save_steps=1, save_total_limit=1, report_to=[], use_cpu=True, bf16=False,
+        gradient_checkpointing=False, seed=args.seed,
+    )  # fmt: skip
+    if algo == "gigpo":
+        trainer_cls, config = GiGPOTrainer, GiGPOConfig(**common, omega=1.0, gamma=0.95)
+    else:
+        trainer_cls, config = GRPOTrainer, GRPOConfig(**common)
+    trainer = trainer_cls(
+        model=AutoModelForCausalLM.from_pretrained(str(warm)), args=config, processing_class=tokenizer,
+        train_dataset=task_dataset(ENV_ID, "train", n=args.groups * args.iterations, seed=args.seed + 1, **ENV_KWARGS),
+        environment_factory=environment_class(ENV_ID, tokenizer=tokenizer,
+                                              max_observation_tokens=args.max_observation_tokens, **ENV_KWARGS),
+    )  # fmt: skip
+    trainer.train(resume_from_checkpoint=last_checkpoint(out / "trainer"))
+    trainer.save_model(str(out))
+    tokenizer.save_pretrained(str(out))
+    (out / "done.json").write_text(json.dumps({"seconds": time.time() - start, "log": trainer.state.log_history}))
+    return out
+
+
+def tool_suffix_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """The tokens a tool result adds after a reply that ended with EOS (the way TRL computes them)."""
+    call = [{"role": "user", "content": "x"},
+            {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+                "name": messages[0]["name"], "arguments": {}}}]}]
+    before = tokenizer.apply_chat_template(call, tokenize=True, return_dict=False)
+    after = tokenizer.apply_chat_template(call + messages, tokenize=True, return_dict=False, add_generation_prompt=True)
+    cut = max(i for i, t in enumerate(before) if t == tokenizer.eos_token_id) + 1
+    assert after[:cut] == before[:cut]
+    return after[cut:]
+
+
+def evaluate(args, model_dir: Path) -> dict:
+    """Greedy EM on every test question, in TRL's conversation: prompt + reply tokens + tool-result tokens."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl.chat_template_utils import parse_response
+
+    from gigpo_gym.integrations.trl import environment_class, task_dataset
+
+    out = model_dir / "eval.json"
+    if out.is_file():
+        return json.loads(out.read_text())
+    start = time.time()
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()
+    rows = task_dataset(ENV_ID, "test", n=None, **ENV_KWARGS)
+    rows = rows.select(range(min(args.eval_questions, len(rows)))) if args.eval_questions else rows
+    Env = environment_class(ENV_ID, tokenizer=tokenizer, max_observation_tokens=args.max_observation_tokens,
+                            split="test", **ENV_KWARGS)
+    results = {}
+    for first in range(0, len(rows), args.eval_batch):
+        batch = [rows[i] for i in range(first, min(first + args.eval_batch, len(rows)))]
+        envs = [Env() for _ in batch]
+        tools = [[getattr(env, name) for name in env.family.tools] for env in envs]
+        prompts, completions = [], [[] for _ in batch]
+        for env, row, tool_list in zip(envs, batch, tools):
+            messages = [{"role": "user", "content": row["prompt"][0]["content"] + env.reset(**row)}]
+            prompts.append(tokenizer.apply_chat_template(messages, tools=tool_list, add_generation_prompt=True,
+                                                         tokenize=True, return_dict=False))
+        active = list(range(len(batch)))
+        for _ in range(6):  # the first reply and at most 5 rounds of tool results (TRL's max_tool_calling_iterations)
+            if not active:
+                break
+            inputs = [prompts[i] + completions[i] for i in active]
+            width = max(map(len, inputs))
+            ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(x)) + x for x in inputs])
+            mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in inputs])
+            with torch.no_grad():
+                generated = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.eval_new_tokens,
+                                           do_sample=False, pad_token_id=tokenizer.pad_token_id,
+                                           eos_token_id=tokenizer.eos_token_id)[:, width:].tolist()
+            still = []
+            for i, new in zip(active, generated):
+                if tokenizer.eos_token_id in new:
+                    new = new[: new.index(tokenizer.eos_token_id) + 1]
+                reply = parse_response(tokenizer, new, prefix=prompts[i] + completions[i], tools=tools[i])
+                completions[i] += new
+                calls = reply.get("tool_calls") or []
+                if not calls or len(completions[i]) >= args.max_completion_length:
+                    continue
+                messages = []
+                for call in calls:
+                    name, arguments = call["function"]["name"], call["function"].get("arguments") or {}
+                    try:
+                        result = getattr(envs[i], name)(**arguments) if name in envs[i].family.tools else \
+                            {"error": f"Tool {name} not found."}
+                    except Exception as error:  # as TRL does: the error goes back to the model
+                        result = {"error": str(error)}
+                    messages.append({"role": "tool", "name": name, "content": str(result)})
+                suffix = tool_suffix_ids(tokenizer, messages)
+                if len(completions[i]) + len(suffix) > args.max_completion_length:
+                    continue  # TRL drops a result that does not fit and stops
+                completions[i] += suffix
+                still.append(i)
+            active = still
+        for env, row in zip(envs, batch):
+            results[row["task_id"]] = {"em": env.get_reward(), "steps": len(env.steps),
+                                       "invalid": sum(not s.valid for s in env.steps)}
+        print(f"  {model_dir.name}: {len(results)}/{len(rows)} questions, EM so far "
+              f"{np.mean([r['em'] for r in results.values()]):.3f}", flush=True)
+    summary = {"em": {k: v["em"] for k, v in results.items()}, "seconds": time.time() - start,
+               "steps_mean": float(np.mean([r["steps"] for r in results.values()])),
+               "invalid_steps": int(sum(r["invalid"] for r in results.values()))}
+    out.write_text(json.dumps(summary))
+    return summary
+
+
+def paired(a: dict, b: dict) -> dict:
+    """b - a over the questions both answered: mean and standard error of the per-question difference, in points."""
+    keys = sorted(set(a) & set(b))
+    diff = np.array([b[k] - a[k] for k in keys]) * 100
+    return {"gain": float(diff.mean()), "se": float(diff.std(ddof=1) / np.sqrt(len(diff))),
+            "won": int((diff > 0).sum()), "lost": int((diff < 0).sum()), "questions": len(keys)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-root", type=Path, default=Path("runs/trl_searchqa"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/trl_searchqa.json"))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--algos", default="grpo,gigpo")
+    parser.add_argument("--sft-steps", type=int, default=20)
+    parser.add_argument("--sft-episodes", type=int, default=400)
+    parser.add_argument("--iterations", type=int, default=15)
+    parser.add_argument("--groups", type=int, default=8)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=2e-5)
+    parser.add_argument("--kl", type=float, default=0.01)
+    parser.add_argument("--max-observation-tokens", type=int, default=160)
+    parser.add_argument("--max-completion-length", type=int, default=768)
+    parser.add_argument("--eval-batch", type=int, default=32)
+    parser.add_argument("--eval-new-tokens", type=int, default=48)
+    parser.add_argument("--eval-questions", type=int, default=0, help="the first N test questions (0: all 438)")
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    args.run_root.mkdir(parents=True, exist_ok=True)
+    warm = sft(args, args.run_root)
+    points = {"sft": evaluate(args, warm)}
+    for algo in [a for a in args.algos.split(",") if a]:
+        points[algo] = evaluate(args, rl(args, args.run_root, algo, warm))
+    summary = {"points": {name: {"em": 100 * float(np.mean(list(p["em"].values()))),
+                                 "se": 100 * float(np.std(list(p["em"].values()), ddof=1) / np.sqrt(len(p["em"]))),
+                                 "eval_seconds": p["seconds"], "steps_mean": p["steps_mean"],
+                                 "invalid_steps": p["invalid_steps"]} for name, p in points.items()},
+               "gains_over_sft": {name: paired(points["sft"]["em"], p["em"]) for name, p in points.items() if name != "sft"},
+               "train_seconds": {name: json.loads((args.run_root / name / "done.json").read_text())["seconds"]
+                                 for name in points},
+               "args": {k: str(v) for k, v in vars(args).items()}}
+    if {"grpo", "gigpo"} <= set(points):
+        summary["gigpo_minus_grpo"] = paired(points["grpo"]["em"], points["gigpo"]["em"])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=2))
+    print(json.dumps({k: v for k, v in summary.items() if k != "args"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
