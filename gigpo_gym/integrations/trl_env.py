@@ -80,7 +80,6 @@ class ToolEnvironment:
         self._env = AnchorKey(gym.make(self.env_id, **self.env_kwargs), mode="observation")
         self._budget: Budget | None = None
         self._info: dict[str, Any] | None = None
-        self._obs = ""
         self._steps: list[StepRecord] = []
         self._done = True
         self._truncation: str | None = None
@@ -95,7 +94,7 @@ class ToolEnvironment:
                 "play one task: pass train_dataset=task_dataset(env_id, split, n, seed)")
         options = {"task_id": str(task_id)} if task_id is not None else None
         obs, info = self._env.reset(seed=None if seed is None else int(seed), options=options)
-        self._obs, self._info = obs, info
+        self._info = info
         self._steps, self._done, self._truncation = [], False, None
         self._budget, self._turn, self._length, self._round = None, -1, -1, []
         return self._render(obs, info, whole=True)  # the task: part of the prompt, never cut
@@ -131,8 +130,13 @@ class ToolEnvironment:
 
     # -- the tools' one path -----------------------------------------------------------
     def _act(self, tool: str, value: Any) -> str:
-        """Play ``tool(value)``: a tool error (no step) for a bad argument or a finished episode, else one env step."""
-        turn = self._current_turn()
+        """Play ``tool(value)``; its answer joins the round's tool messages (what TRL appends after the turn)."""
+        text = self._play(tool, value, self._current_turn())
+        self._round.append({"role": "tool", "name": tool, "content": text})
+        return text
+
+    def _play(self, tool: str, value: Any, turn: int | None) -> str:
+        """A tool error (no step) for a bad argument or a finished episode, else one env step."""
         argument = self.family.tools[tool][0]
         if self._info is None:
             return f"Error: {tool} was called before reset."
@@ -150,15 +154,13 @@ class ToolEnvironment:
             return "The episode ends here: the reply is too long for another observation."
         before = self.anchor
         obs, reward, terminated, truncated, info = self._env.step(action)
-        self._obs, self._info = obs, info
+        self._info = info
         self._done = bool(terminated or truncated)
         if truncated and not terminated:
             self._truncation = "step limit"
         self._steps.append(StepRecord(turn, tool, action, before["state"], before["observation"], before["text"],
                                       float(reward), bool(info["action_valid"]), self._done))
-        text = self._render(obs, info)
-        self._round.append({"role": "tool", "name": tool, "content": text})
-        return text
+        return self._render(obs, info)
 
     def _current_turn(self) -> int | None:
         """The generated turn of this call: a new turn whenever the completion has grown since the last call."""
