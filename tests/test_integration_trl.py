@@ -329,7 +329,6 @@ def test_a_tool_result_that_would_overflow_ends_the_episode_before_the_env_steps
     assert t._metrics["train"]["env/unseen_steps"][-1] == 0
 
 
-@register_algorithm("test_integration_plugin")
 @dataclass
 class LastTurnOnly(Algorithm):
     """A third party's step-level estimator: the trajectory's return on its last row, 0 elsewhere."""
@@ -346,7 +345,11 @@ class LastTurnOnly(Algorithm):
 
 
 @pytest.mark.slow
-def test_a_registered_third_party_estimator_drives_the_trainer_by_name(tiny, tmp_path):
+def test_a_registered_third_party_estimator_drives_the_trainer_by_name(tiny, tmp_path, monkeypatch):
+    from gigpo_gym.algos.estimators import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # the plugin leaves with the test
+    register_algorithm("test_integration_plugin", LastTurnOnly)
     t = trainer(GiGPOTrainer, config(tmp_path, per_device_train_batch_size=8, estimator="test_integration_plugin"),
                 tiny)
     assert isinstance(t.estimator, LastTurnOnly)
