@@ -1,4 +1,4 @@
-"""A tiny model that already writes an env's tool calls, to try the TRL integration offline in a minute.
+"""A tiny model that already writes an env's tool calls, to try the TRL integration offline in a minute or two.
 
 ``tiny_tool_model(env_id, folder)`` builds a small Qwen2 with a BPE tokenizer trained on
 the expert's tool-calling conversations (``trl.expert_conversations``), makes the
