@@ -121,7 +121,7 @@ def test_unknown_config_key_is_named_with_valid_keys():
     [
         ("gigpo", {"gamma": 1.5}, ValueError, r"gigpo: gamma must be in \[0, 1\], got 1.5"),
         ("gigpo", {"omega": -1}, ValueError, r"gigpo: omega must be >= 0"),
-        ("gigpo", {"grouping": "simlarity"}, ValueError, r"gigpo: grouping must be one of \['exact', 'similarity'\], got 'simlarity'. Did you mean 'similarity'\?"),
+        ("gigpo", {"grouping": "simlarity"}, ValueError, r"gigpo: grouping must be one of \['exact', 'similarity'\], got 'simlarity' \(did you mean 'similarity'\?\)"),
         ("gigpo", {"similarity_threshold": 0.0}, ValueError, r"similarity_threshold must be in \(0, 1\]"),
         ("gigpo", {"norm_by_std": "yes"}, TypeError, r"gigpo: norm_by_std must be a bool, got 'yes'"),
         ("grpo", {"clip_low": float("nan")}, ValueError, r"grpo: clip_low must be finite"),

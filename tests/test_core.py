@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
+from typing import Literal
 
 import gymnasium as gym
 import pytest
 from fake_envs import COUNTER, CounterEnv
 
-from gigpo_gym.core import INFO_KEYS, String, canonical_json, digest
+from gigpo_gym.core import INFO_KEYS, String, canonical_json, digest, typed
 from gigpo_gym.registration import ENV_SPECS
 
 
@@ -141,3 +143,40 @@ def test_atomic_writes_keep_the_old_file_on_failure_and_use_normal_permissions(t
             raise RuntimeError("writer died")
     assert target.read_text(encoding="utf-8") == "new ✓"
     assert [p.name for p in tmp_path.iterdir()] == ["result.json"]  # no temporary file left
+
+
+@dataclasses.dataclass
+class _Inner:
+    mode: Literal["a", "b"] = "a"
+    sizes: list[int] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self):
+        typed.check_fields(self)
+        if len(self.sizes) > 2:
+            raise ValueError(f"sizes must hold at most 2, got {len(self.sizes)}")
+
+
+@dataclasses.dataclass
+class _Outer:
+    inner: _Inner = dataclasses.field(default_factory=_Inner)
+    rate: float = 1.0
+
+    def __post_init__(self):
+        typed.check_fields(self)
+
+
+def test_one_type_checker_for_every_dataclass():
+    """``core.typed``: its examples run, and a nested mapping's error names the whole key path."""
+    import doctest
+
+    assert doctest.testmod(typed).failed == 0
+    assert typed.from_mapping(_Outer, {"inner": {"sizes": [1]}, "rate": 2}) == _Outer(_Inner("a", [1]), 2.0)
+    for data, message in [({"inner": {"sizes": [1, "x"]}}, r"inner\.sizes\[1\] must be an integer, got 'x'"),
+                          ({"inner": {"sizes": [1, 2, 3]}}, r"inner\.sizes must hold at most 2, got 3"),
+                          ({"inner": {"mod": "a"}}, r"unknown key 'inner\.mod' \(did you mean 'inner\.mode'\?\)"),
+                          ({"rate": float("nan")}, r"rate must be finite, got nan"),
+                          ({"rate": True}, r"rate must be a number, got True")]:
+        with pytest.raises(typed.FieldError, match=message):
+            typed.from_mapping(_Outer, data)
+    with pytest.raises(ValueError, match=r"mode must be one of \['a', 'b'\], got 3"):  # made in code: it checks itself
+        _Inner(mode=3)

@@ -19,15 +19,14 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
-import math
-import typing
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import numpy as np
 
 from gigpo_gym.algos.estimators.batch import StepBatch
+from gigpo_gym.core.typed import check_fields
 
 ENTRY_POINT_GROUP = "gigpo_gym.algos"
 
@@ -106,39 +105,8 @@ class Algorithm:
 
 
 def _check_types(algo: Algorithm) -> None:
-    """Check each config field against its annotation (float, int, bool, str, Literal)."""
-    try:
-        hints = typing.get_type_hints(type(algo))
-    except (NameError, TypeError):  # an annotation that cannot be resolved: check the plain ones only
-        plain = {"float": float, "int": int, "bool": bool, "str": str}
-        hints = {f.name: plain.get(f.type, f.type) if isinstance(f.type, str) else f.type for f in dataclasses.fields(algo)}
-    label = algo.name or type(algo).__name__
-    for f in dataclasses.fields(algo):
-        if not f.init:
-            continue
-        value, hint = getattr(algo, f.name), hints.get(f.name)
-        if typing.get_origin(hint) is Literal:
-            choices = typing.get_args(hint)
-            if value not in choices:
-                close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
-                hint_text = f" Did you mean {close[0]!r}?" if close else ""
-                raise ValueError(f"{label}: {f.name} must be one of {list(choices)}, got {value!r}.{hint_text}")
-        elif hint is bool:
-            if not isinstance(value, (bool, np.bool_)):
-                raise TypeError(f"{label}: {f.name} must be a bool, got {value!r}")
-            setattr(algo, f.name, bool(value))
-        elif hint is float:
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-                raise TypeError(f"{label}: {f.name} must be a number, got {value!r}")
-            if not math.isfinite(value):
-                raise ValueError(f"{label}: {f.name} must be finite, got {value!r}")
-            setattr(algo, f.name, float(value))
-        elif hint is int:
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-                raise TypeError(f"{label}: {f.name} must be an int, got {value!r}")
-            setattr(algo, f.name, int(value))
-        elif hint is str and not isinstance(value, str):
-            raise TypeError(f"{label}: {f.name} must be a str, got {value!r}")
+    """Check each config field against its annotation (``core.typed``, the package's one type checker)."""
+    check_fields(algo, prefix=f"{algo.name or type(algo).__name__}: ")
 
 
 def register_algorithm(name: str, cls: type[Algorithm] | None = None) -> Any:

@@ -234,7 +234,9 @@ class GroupedVectorEnv(VectorEnv):
     """``num_groups * group_size`` envs; the copies of a group share each task.
 
     ``reset(seed=s)`` resets env ``e`` with seed ``derive_seed(s, e // group_size)``
-    (without a seed, round ``k`` uses ``derive_seed(base_seed, k)`` as ``s``).  With
+    (without a seed, round ``k`` uses ``derive_seed(base_seed, k)`` as ``s``);
+    ``options={"env_options": [...]}`` adds each env's own reset options (a task id, say)
+    to the shared ones, and ``"reset_mask"`` resets only some envs, as in gymnasium.  With
     ``autoreset=False`` (the rollout mode) an env whose episode ended is frozen: later
     steps ignore its action and return its final observation, reward 0, the same
     done flags and its final info, so a policy only needs to act for active envs.
@@ -439,6 +441,9 @@ class GroupedVectorEnv(VectorEnv):
         mask = np.asarray(options.pop("reset_mask", np.ones(self.num_envs, dtype=bool)), dtype=bool)
         if mask.shape != (self.num_envs,):
             raise ValueError(f"reset_mask must have shape ({self.num_envs},), got {mask.shape}")
+        own = options.pop("env_options", None)
+        if own is not None and len(own) != self.num_envs:
+            raise ValueError(f"env_options must hold one mapping per env ({self.num_envs}), got {len(own)}")
         if seed is not None:
             self._round_seed = int(seed)
         elif self._round > 0:
@@ -446,7 +451,8 @@ class GroupedVectorEnv(VectorEnv):
         self._round += 1
         indices = [int(i) for i in np.flatnonzero(mask)]
         self._episodes[indices] = 0
-        self._reset_all([(i, self.task_seed(i), options) for i in indices], fresh=set())
+        self._reset_all([(i, self.task_seed(i), options if own is None else {**options, **own[i]}) for i in indices],
+                        fresh=set())
         return self._gather(self._last, reset=True)
 
     def step(self, actions: Sequence[Any]):
