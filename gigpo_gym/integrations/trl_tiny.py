@@ -42,7 +42,7 @@ def _fixed_strings(data) -> list[str]:
                 name = next(iter(arguments))
                 strings.add(f'<tool_call>{{"name": "{call["function"]["name"]}", "arguments": {{"{name}": "')
     strings.add('"}}</tool_call>')
-    return sorted(strings, key=len, reverse=True)
+    return sorted(strings, key=lambda s: (-len(s), s))  # a set's order varies with the string hash seed
 
 
 def tiny_tool_model(env_id: str, folder: str | Path, *, episodes: int = 32, sft_steps: int = 60, seed: int = 0,
@@ -66,7 +66,8 @@ def tiny_tool_model(env_id: str, folder: str | Path, *, episodes: int = 32, sft_
     tokenizer = AutoTokenizer.from_pretrained(str(base))
     tokenizer.add_tokens(_fixed_strings(data))
     tokenizer = with_tool_template(tokenizer)
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]):  # the new tokens' rows and the SFT draw from `seed` alone
+        torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_pretrained(str(base))
         model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
         args = SFTConfig(output_dir=str(folder / "sft"), max_steps=sft_steps, per_device_train_batch_size=8,
