@@ -96,7 +96,9 @@ def guarded_protocol(limits: ServerLimits) -> type:
             self._timer = None
             self._refused = False
             self._watch()
-            if sum(not c.transport.is_closing() and not c._refused for c in self.connections) > limits.max_connections:
+            # the server's other connections include WebSocket ones, which have no _refused flag
+            open_ = [c for c in self.connections if not c.transport.is_closing() and not getattr(c, "_refused", False)]
+            if len(open_) > limits.max_connections:
                 self._make_room()
 
         def connection_lost(self, exc) -> None:

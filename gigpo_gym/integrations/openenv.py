@@ -147,17 +147,6 @@ class SuiteEnvClient(EnvClient[SuiteAction, SuiteObservation, SuiteState]):
         return SuiteState(**payload)
 
 
-def _websocket_protocol():
-    from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
-
-    class GuardedWebSocket(WebSocketsSansIOProtocol):
-        """uvicorn's WebSocket protocol, with the flag the suite's HTTP guard reads on every open connection."""
-
-        _refused = False
-
-    return GuardedWebSocket
-
-
 def uvicorn_server(app, port: int, host: str = "127.0.0.1"):
     """A ``uvicorn.Server`` for ``app`` with the suite's HTTP guards (request-head size and time, connection
     count) on, and WebSocket messages bounded by ``4 * MAX_MESSAGE_CHARS`` bytes plus the envelope."""
@@ -165,7 +154,7 @@ def uvicorn_server(app, port: int, host: str = "127.0.0.1"):
 
     from gigpo_gym.core.net import ServerLimits, uvicorn_options
 
-    options = {**uvicorn_options(ServerLimits()), "ws": _websocket_protocol(), "ws_max_size": 4 * MAX_MESSAGE_CHARS + 4096}
+    options = {**uvicorn_options(ServerLimits()), "ws": "websockets-sansio", "ws_max_size": 4 * MAX_MESSAGE_CHARS + 4096}
     return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", **options))
 
 
