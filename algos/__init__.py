@@ -12,7 +12,8 @@ The advantage side needs only numpy and pyarrow::
     advantages = algo.advantages(batch)   # one float per row
 
 The policy/trainer side (torch, transformers) is imported on first use, so the line
-above never loads torch.
+above never loads torch.  ``Trainer(load_config("demo.yaml")).train()`` trains;
+``Policy`` and ``TrainablePolicy`` are the whole contract a policy keeps.
 """
 
 from gigpo_gym.algos.estimators.batch import StepBatch
@@ -21,6 +22,8 @@ from gigpo_gym.core.lazy import lazy_names
 
 #: Names served lazily from the torch side: name -> module.
 _LAZY = {
+    "Policy": "policies.base",
+    "TrainablePolicy": "policies.base",
     "HFPolicy": "policies.hf",
     "SamplingParams": "policies.base",
     "Generation": "policies.base",

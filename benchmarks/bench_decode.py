@@ -29,10 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def prompts_of(cfg, count: int) -> list[str]:
     """SearchQA prompts of the expert's episodes: first steps and later steps (with passages)."""
     from gigpo_gym.algos.training.sft import expert_demonstrations
-    from gigpo_gym.algos.training.trainer import prompt_settings
-    from gigpo_gym.algos.training.rollout import llm_wrapper
 
-    demos = expert_demonstrations(cfg.env.id, count, env_kwargs=cfg.env.kwargs, wrapper=llm_wrapper(**prompt_settings(cfg)))
+    demos = expert_demonstrations(cfg.env.id, count, env_kwargs=cfg.env_kwargs("train"), wrapper=cfg.wrapper())
     return [p for p, _ in demos][:count]
 
 
@@ -62,7 +60,7 @@ def main() -> None:
     args = p.parse_args()
     from gigpo_gym.algos.policies.base import SamplingParams
     from gigpo_gym.algos.training.config import load_config
-    from gigpo_gym.algos.training.trainer import build_policy
+    from gigpo_gym.algos.training.models import build_policy
 
     cfg = load_config(args.config, ["model.device=cpu"])
     policy = build_policy(cfg)

@@ -83,12 +83,12 @@ def warm_start_file(args) -> Path:
         return path
     from safetensors.torch import save_model
 
-    from gigpo_gym.algos.training.trainer import Trainer, _warm_start
+    from gigpo_gym.algos.training.trainer import Trainer
     from gigpo_gym.core.data import replacing
 
     trainer = Trainer(warm_start_config(args))
     try:
-        _warm_start(trainer, echo=print)
+        trainer.warm_start(echo=print)
         with replacing(path) as tmp:
             save_model(trainer.policy, str(tmp), metadata={"tokenizer": tokenizer_digest(trainer.policy)})
     finally:

@@ -77,22 +77,21 @@ def warm_start(args) -> Path:
     ``selected.safetensors``, iteration 0): ``gigpo-gym leaderboard --policy
     RUN_ROOT/warm-start/selected.safetensors`` evaluates it with the recipe's prompts.
     """
-    from gigpo_gym.algos.training.trainer import SELECTED_FILE
+    from gigpo_gym.algos.training.checkpoint import RunFolder
 
     folder = Path(args.run_root) / "warm-start"
-    path = folder / SELECTED_FILE
+    path = folder / RunFolder.SELECTED_FILE
     if path.is_file():
         return path
-    from gigpo_gym.algos.training.config import save_config
-    from gigpo_gym.algos.training.trainer import Trainer, _save_selected, _warm_start
+    from gigpo_gym.algos.training.trainer import Trainer
 
     started = time.perf_counter()
     cfg = warm_start_config(args)  # its run_dir is ``folder``
     trainer = Trainer(cfg)
     try:
-        losses = _warm_start(trainer, echo=print)
-        save_config(cfg, folder / "config.yaml")
-        _save_selected(trainer, 0, float("nan"), loss=json.dumps(losses), seconds=repr(time.perf_counter() - started))
+        losses = trainer.warm_start(echo=print)
+        trainer.run.write_config(cfg)
+        trainer.save_selected(0, float("nan"), loss=json.dumps(losses), seconds=repr(time.perf_counter() - started))
     finally:
         trainer.close()
     return path
@@ -127,57 +126,38 @@ def policy_with(args, weights: Path | None):
 
 
 def evaluate(args, policy, cfg, tasks: tuple[dict, list[str]] | None = None) -> dict[str, Any]:
-    """Each held-out question once, in order: one record per episode (outcome, replies).
+    """Each held-out question once, in order: one record per episode (outcome, replies), played by the episode player.
 
     ``tasks``: (env kwargs, task ids) to play instead, e.g. questions of the train split
     that no run trained on, to choose a setting without looking at the test split.
     """
     import gymnasium as gym
 
-    import gigpo_gym  # noqa: F401  (registers the ids)
-    from gigpo_gym.algos.policies.base import SamplingParams
-    from gigpo_gym.algos.training.trainer import prompt_settings
-    from gigpo_gym.algos.training.rollout import wrap_llm_env
+    import gigpo_gym
+    from gigpo_gym.algos.training.rollout import collect
     from gigpo_gym.core.env import derive_seed
 
     if tasks is None:
-        kwargs = {**cfg.env.kwargs, **cfg.env.eval_kwargs}
+        kwargs = cfg.env_kwargs("eval")
         probe = gym.make(cfg.env.id, **kwargs)
         task_ids = held_out_tasks(probe.unwrapped, args.eval_tasks)
         probe.close()
     else:
-        kwargs, task_ids = {**cfg.env.kwargs, **tasks[0]}, list(tasks[1])
-    envs = [wrap_llm_env(gym.make(cfg.env.id, **kwargs), **prompt_settings(cfg)) for _ in task_ids]
-    s = cfg.sampling
-    sampling = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.eval_temperature, stop=tuple(s.stop),
-                              seed=derive_seed(cfg.seed, 999))
+        kwargs, task_ids = {**cfg.env_kwargs("train"), **tasks[0]}, list(tasks[1])
+    envs = gigpo_gym.make_grouped(cfg.env.id, len(task_ids), 1, env_kwargs=kwargs, wrappers=(cfg.wrapper(),))
     started = time.perf_counter()
-    obs = [env.reset(seed=0, options={"task_id": t})[0] for env, t in zip(envs, task_ids)]
-    records = [{"task_id": t, "task_type": "", "won": False, "score": 0.0, "steps": 0, "invalid": 0, "cut": 0,
-                "replies": [], "actions": []} for t in task_ids]
-    active, step, tokens = list(range(len(envs))), 0, 0
-    while active:
-        gens = policy.generate([obs[i] for i in active], sampling.for_call(step))
-        still = []
-        for i, g in zip(active, gens):
-            o, reward, terminated, truncated, info = envs[i].step(g.text)
-            r = records[i]
-            r["task_type"] = info.get("task_type", "")
-            r["steps"] += 1
-            r["invalid"] += int(not info.get("action_valid", True))
-            r["cut"] += int(not g.finished)
-            r["replies"].append(g.text)
-            r["actions"].append(info.get("parsed_action"))
-            r["score"] += float(reward)
-            r["won"] = r["won"] or bool(info.get("won"))
-            tokens += len(g.response_ids)
-            obs[i] = o
-            if not (terminated or truncated):
-                still.append(i)
-        active, step = still, step + 1
-    for env in envs:
-        env.close()
-    return {"episodes": records, "seconds": time.perf_counter() - started, "generated_tokens": tokens}
+    try:
+        played = collect(policy, envs, cfg.sampling.params(evaluation=True, seed=derive_seed(cfg.seed, 999)), seed=0,
+                         options={"env_options": [{"task_id": t} for t in task_ids]})
+    finally:
+        envs.close()
+    records = [{"task_id": t, "task_type": ep.task_type, "won": ep.won, "score": ep.env_return, "steps": ep.length,
+                "invalid": ep.invalid_steps, "cut": ep.cut_replies, "replies": [], "actions": []}
+               for t, ep in zip(task_ids, played.episodes)]
+    for traj, reply, action in zip(played.traj_ids, played.replies, played.actions):
+        records[traj]["replies"].append(reply)
+        records[traj]["actions"].append(action)
+    return {"episodes": records, "seconds": time.perf_counter() - started, "generated_tokens": played.generated_tokens}
 
 
 def held_out_tasks(env, count: int | None) -> list[str]:
@@ -209,7 +189,8 @@ def evaluation(args, name: str, make_policy, cfg, tasks: tuple[dict, list[str]] 
 def trained(args, seed: int, algo: str, tag: str = "") -> Path:
     """One RL run from the warm start (trained, or resumed from its newest checkpoint, unless done); its final weights."""
     from gigpo_gym.algos.training.checkpoint import POLICY_FILE, checkpoint_iteration, latest_checkpoint, list_checkpoints
-    from gigpo_gym.algos.training.trainer import SELECTED_FILE, run_training
+    from gigpo_gym.algos.training.checkpoint import RunFolder
+    from gigpo_gym.algos.training.trainer import run_training
 
     cfg = run_config(args, seed, algo, tag)
     folder = Path(cfg.run_dir)
@@ -219,7 +200,7 @@ def trained(args, seed: int, algo: str, tag: str = "") -> Path:
         policy = policy_with(args, warm_start(args))
         run_training(cfg, policy=policy, resume="latest" if last else None,
                      echo=lambda line: print(f"[{algo}{tag} seed {seed}] {line}", flush=True))
-    chosen = folder / SELECTED_FILE
+    chosen = folder / RunFolder.SELECTED_FILE
     return chosen if chosen.is_file() else latest_checkpoint(folder / "checkpoints") / POLICY_FILE
 
 

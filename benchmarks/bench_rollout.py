@@ -23,7 +23,7 @@ import gigpo_gym
 from gigpo_gym.algos.training.config import load_config
 from gigpo_gym.algos.policies.base import SamplingParams
 from gigpo_gym.algos.training.rollout import collect
-from gigpo_gym.algos.training.trainer import _wrapper, build_policy
+from gigpo_gym.algos.training.models import build_policy
 
 
 def cpu_seconds() -> float:
@@ -39,7 +39,7 @@ def measure(model: str, args: argparse.Namespace) -> dict:
     policy = build_policy(cfg)
     envs = gigpo_gym.make_grouped(
         cfg.env.id, args.groups, args.group_size, seed=0,
-        env_kwargs={**cfg.env.kwargs, "max_episode_steps": args.max_steps}, wrappers=(_wrapper(cfg),),
+        env_kwargs={**cfg.env_kwargs("train"), "max_episode_steps": args.max_steps}, wrappers=(cfg.wrapper(),),
     )
     sampling = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0, stop=("</action>",), seed=0)
     try:

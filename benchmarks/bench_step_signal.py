@@ -9,7 +9,7 @@ for comparison, the share with a non-zero episode advantage (their task group ha
 wins and losses).
 
     python benchmarks/bench_step_signal.py --weights runs/bench_learning/warm_start.safetensors \\
-        --set env.list_actions=false --group-sizes 2 4 8 16
+        --set prompt.list_actions=false --group-sizes 2 4 8 16
 """
 
 from __future__ import annotations

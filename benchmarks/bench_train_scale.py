@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = [
     "model.name=tiny", "model.device=auto", "model.choose_admissible=true", "model.tiny.pieces=words",
     "model.max_prompt_tokens=1024", "env.id=gigpo_gym/ALFWorld-v0", "env.kwargs={split: train, max_episode_steps: 10}",
-    "env.num_groups=4", "env.group_size=4", "env.task_key=goal", "sampling.max_new_tokens=12",
+    "env.num_groups=4", "env.group_size=4", "prompt.task_key=goal", "sampling.max_new_tokens=12",
     "optim.mini_batch_size=64", "optim.micro_batch_size=16", "optim.lr=1e-4",
 ]
 
@@ -93,11 +93,11 @@ def random_weights_model(size: str, folder: Path) -> Path:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from gigpo_gym.algos.policies.tiny import train_tokenizer
-    from gigpo_gym.algos.training.rollout import llm_wrapper
     from gigpo_gym.algos.training.sft import expert_demonstrations
+    from gigpo_gym.wrappers import PromptConfig, llm_stack
 
     hidden, mlp, layers, heads, kv_heads, tied = QWEN25_SHAPES[size]
-    demos = expert_demonstrations("gigpo_gym/ALFWorld-v0", 300, seed=0, wrapper=llm_wrapper())
+    demos = expert_demonstrations("gigpo_gym/ALFWorld-v0", 300, seed=0, wrapper=llm_stack(PromptConfig()))
     tokenizer = pad_vocabulary(train_tokenizer([text for pair in demos for text in pair], 8192, "words"), QWEN25_VOCAB)
     config = Qwen2Config(vocab_size=QWEN25_VOCAB, hidden_size=hidden, intermediate_size=mlp, num_hidden_layers=layers,
                          num_attention_heads=heads, num_key_value_heads=kv_heads, tie_word_embeddings=tied,
@@ -125,12 +125,8 @@ def peak_memory_mb() -> float:
 
 def time_iteration(trainer, iteration: int) -> dict:
     """One RL iteration of ``trainer`` (prepared, reference frozen), timed piece by piece."""
-    from gigpo_gym.algos.training.rollout import collect
-    from gigpo_gym.core.env import derive_seed
-
     t0 = time.perf_counter()
-    rollout = collect(trainer.actor, trainer.envs, trainer.sampling(iteration),
-                      seed=derive_seed(trainer.cfg.seed, iteration), shaping=trainer.shaping)
+    rollout = trainer.rollout(iteration)
     whole = trainer.gather(rollout)
     t1 = time.perf_counter()
     m = trainer.update(rollout, iteration, whole)

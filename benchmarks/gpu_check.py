@@ -213,14 +213,10 @@ def timed_iteration(trainer, iteration: int) -> tuple[dict, object]:
     """One RL iteration through the trainer's own pieces, timed phase by phase; (record, its rollout)."""
     import torch
 
-    from gigpo_gym.algos.training.rollout import collect
-    from gigpo_gym.core.env import derive_seed
-
     if trainer.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    rollout = collect(trainer.actor, trainer.envs, trainer.sampling(iteration),
-                      seed=derive_seed(trainer.cfg.seed, iteration), shaping=trainer.shaping)
+    rollout = trainer.rollout(iteration)
     whole = trainer.gather(rollout)
     t1 = time.perf_counter()
     m = trainer.update(rollout, iteration, whole)
@@ -348,14 +344,12 @@ def compare_decoders(policy, prompt_ids: list[list[int]], sampling) -> dict:
 def recipe_prompts(trainer, cfg) -> list[list[int]]:
     """A round's worth of the recipe's first-step prompts (expert episodes' prompts, in the policy's tokens)."""
     from gigpo_gym.algos.training.sft import expert_demonstrations
-    from gigpo_gym.algos.training.trainer import prompt_settings
-    from gigpo_gym.algos.training.rollout import llm_wrapper
 
     rows = cfg.env.num_groups * cfg.env.group_size
     demos: list = []
     for episodes in (rows // 8 + 1, rows):  # won episodes only: the expert's, without the check's step cut
-        demos = expert_demonstrations(cfg.env.id, episodes, seed=1, env_kwargs={**cfg.env.kwargs, "max_episode_steps": 50},
-                                      wrapper=llm_wrapper(**prompt_settings(cfg)))
+        demos = expert_demonstrations(cfg.env.id, episodes, seed=1, env_kwargs={**cfg.env_kwargs("train"),
+                                      "max_episode_steps": 50}, wrapper=cfg.wrapper())
         if len(demos) >= rows:
             break
     return [trainer.scorer.encode_prompt(prompt) for prompt, _ in demos[:rows]]

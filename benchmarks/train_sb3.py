@@ -28,10 +28,10 @@ def train(env_name: str, algo: str, timesteps: int, *, dim: int, max_actions: in
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.logger import Logger
 
-    from gigpo_gym.wrappers.sb3 import SB3Policy, _sb3_algorithms, make_sb3_env
+    from gigpo_gym.wrappers.sb3 import SB3Policy, sb3_algorithms, make_sb3_env
 
     env_id, _ = ENVS[env_name]
-    algos = _sb3_algorithms()
+    algos = sb3_algorithms()
     cls_name = {"maskable": "MaskablePPO", "ppo": "PPO"}[algo]
     if cls_name not in algos:
         raise SystemExit('--algo maskable needs sb3-contrib: pip install "sb3-contrib" (or use --algo ppo)')

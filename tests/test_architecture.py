@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TORCH_FREE_USES = {
     "env suite": """
 import gymnasium as gym, gigpo_gym
-from gigpo_gym.wrappers import wrap_for_llm
+from gigpo_gym.wrappers import PromptConfig, wrap_for_llm
 for env_id in ("gigpo_gym/ALFWorld-v0", "gigpo_gym/WebShop-v0", "gigpo_gym/SearchQA-v0"):
-    env = wrap_for_llm(gym.make(env_id))
+    env = wrap_for_llm(gym.make(env_id), PromptConfig(history_length=1))
     env.reset(seed=0)
     env.step("<action>look</action>")
 envs = gigpo_gym.make_grouped("gigpo_gym/ALFWorld-v0", num_groups=2, group_size=2, seed=0)
@@ -35,8 +35,11 @@ for name in available_algorithms():
     "reference policies and the leaderboard": """
 from gigpo_gym.algos.policies.base import SamplingParams
 from gigpo_gym.algos.policies.reference import ExpertPolicy, RandomAdmissiblePolicy
-from gigpo_gym.algos.training.rollout import collect, llm_wrapper
+from gigpo_gym.algos.training.rollout import collect
 from gigpo_gym.algos.leaderboard.runner import load_spec, run_spec
+from gigpo_gym.algos.leaderboard.rounds import guarded_stack
+from gigpo_gym.algos.training.config import load_config
+load_config(None, ["prompt.template=paper"])
 from gigpo_gym.algos.leaderboard.render import render
 import gigpo_gym.algos.leaderboard.policies
 """,
@@ -101,6 +104,11 @@ def test_training_never_imports_the_leaderboard():
     assert _offenders(["algos/training"], ("gigpo_gym.algos.leaderboard",)) == []
 
 
+def test_the_leaderboard_reads_runs_without_the_training_loop():
+    """A run folder is read through ``RunFolder`` and rebuilt by ``build_policy``, not through the trainer module."""
+    assert _offenders(["algos/leaderboard"], ("gigpo_gym.algos.training.trainer",)) == []
+
+
 def test_the_command_line_builds_without_servers_search_indexes_or_torch():
     """Every ``gigpo-gym`` command builds the whole parser first: it must not pay for any command's work."""
     code = (
@@ -110,3 +118,70 @@ def test_the_command_line_builds_without_servers_search_indexes_or_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "[]", f"building the parser imported {out.stdout.strip()}"
+
+
+def _private_uses(path: Path, root: Path = ROOT) -> list[str]:
+    """Private names (``_x``) of another module that ``path`` imports or reads off an imported module."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    modules: dict[str, str] = {}  # local name -> the package module it stands for
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gigpo_gym") and not node.level:
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{path.relative_to(root)}:{node.lineno} imports {node.module}.{alias.name}")
+                modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("gigpo_gym"):
+                    modules[alias.asname or alias.name] = alias.name
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            found.append(f"{path.relative_to(root)}:{node.lineno} reads {modules[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_module_uses_another_module_s_private_names():
+    """A name that starts with ``_`` is its module's own: the package and the benchmarks use public names only."""
+    files = [p for folder in ("gigpo_gym", "algos", "wrappers", "benchmarks") for p in _files(folder)]
+    assert [use for path in files for use in _private_uses(path)] == []
+
+
+def test_the_private_name_check_finds_both_forms(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("from gigpo_gym.algos.training.trainer import _warm_start, run_training\n"
+                      "from gigpo_gym.algos.training import trainer as t\nt._save_selected(None)\nt.run_training\n")
+    assert _private_uses(sample, root=tmp_path) == ["sample.py:1 imports gigpo_gym.algos.training.trainer._warm_start",
+                    "sample.py:3 reads gigpo_gym.algos.training.trainer._save_selected"]
+
+
+@pytest.mark.parametrize("module, name, replacement", [
+    ("gigpo_gym.algos.training.trainer", "SELECTED_FILE", "RunFolder.SELECTED_FILE"),
+    ("gigpo_gym.algos.training.trainer", "REFERENCE_FILE", "RunFolder.REFERENCE_FILE"),
+    ("gigpo_gym.algos.training.trainer", "read_selected", "checkpoint.read_selected"),
+    ("gigpo_gym.algos.training.trainer", "success_sem", "metrics.success_sem"),
+    ("gigpo_gym.algos.training.trainer", "prompt_settings", "models.prompt_settings"),
+    ("gigpo_gym.algos.leaderboard.policies", "NAMED", "POLICY_LOADERS"),
+    ("gigpo_gym.algos.leaderboard.specs", "SPEC_KEYS", "fields(Spec)"),
+])
+def test_a_name_that_moved_still_imports_and_names_its_new_place(module, name, replacement):
+    import importlib
+
+    with pytest.warns(DeprecationWarning, match=replacement.replace("(", r"\(").replace(")", r"\)")):
+        assert getattr(importlib.import_module(module), name) is not None
+
+
+def test_old_wrapper_builders_warn_and_build_the_same_stack():
+    import gymnasium as gym
+
+    import gigpo_gym  # noqa: F401
+    from gigpo_gym.algos.training.rollout import llm_wrapper, wrap_llm_env
+    from gigpo_gym.wrappers import PromptConfig, wrap_for_llm
+
+    with pytest.warns(DeprecationWarning, match="use gigpo_gym.wrappers.wrap_for_llm"):
+        old = wrap_llm_env(gym.make("gigpo_gym/SearchQA-v0"), history_length=1, intro="Hi.")
+    with pytest.warns(DeprecationWarning, match="use gigpo_gym.wrappers.llm_stack"):
+        factory = llm_wrapper(history_length=1, intro="Hi.", anchor_mode="observation")
+    new = wrap_for_llm(gym.make("gigpo_gym/SearchQA-v0"), PromptConfig(history_length=1, intro="Hi."))
+    assert old.reset(seed=3)[0] == new.reset(seed=3)[0] == factory(gym.make("gigpo_gym/SearchQA-v0")).reset(seed=3)[0]

@@ -26,7 +26,7 @@ from gigpo_gym.core.env import derive_seed
 
 TESTS = Path(__file__).resolve().parent
 SMALL = [
-    f"env.id={CORRIDOR_ID}", "env.group_size=2", "env.eval_episodes=2", "env.history_length=1",
+    f"env.id={CORRIDOR_ID}", "env.group_size=2", "env.eval_episodes=2", "prompt.history_length=1",
     "env.kwargs={max_episode_steps: 4}", "sampling.max_new_tokens=4", "model.device=cpu",
     "model.tiny.corpus_episodes=3", "model.tiny.vocab_size=300", "model.tiny.hidden_size=32",
     "model.tiny.intermediate_size=64", "optim.lr=1e-3", "optim.micro_batch_size=2", "optim.mini_batch_size=5",
@@ -228,7 +228,7 @@ def test_bad_process_counts_and_accelerate_configs_are_one_clear_error(tmp_path,
         if torch.cuda.is_available():
             pytest.skip("a CUDA GPU is present: the error needs a machine without one")
         Trainer(load_config(None, overrides(tmp_path, "model.generation=vllm")))
-    with pytest.raises(ConfigError, match=r"model.generation must be 'hf' or 'vllm', got 'vlm' \(did you mean 'vllm'\?\)"):
+    with pytest.raises(ConfigError, match=r"model.generation must be one of \['hf', 'vllm'\], got 'vlm' \(did you mean 'vllm'\?\)"):
         load_config(None, ["model.generation=vlm"])
 
 

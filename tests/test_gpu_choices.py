@@ -25,7 +25,7 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 CORPUS = ["You are in room 1. The exit is east.", "<action>go east</action>", "<action>wait</action>"] * 4
 SPEC = TinySpec(vocab_size=300, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=2)
 SMALL = [
-    f"env.id={CORRIDOR_ID}", "env.num_groups=2", "env.group_size=4", "env.eval_episodes=0", "env.history_length=1",
+    f"env.id={CORRIDOR_ID}", "env.num_groups=2", "env.group_size=4", "env.eval_episodes=0", "prompt.history_length=1",
     "sampling.max_new_tokens=6", "model.device=cpu", "model.tiny.corpus_episodes=3", "model.tiny.vocab_size=300",
     "model.tiny.hidden_size=32", "model.tiny.intermediate_size=64", "optim.mini_batch_size=64", "progress=false",
 ]

@@ -19,9 +19,10 @@ from gigpo_gym.algos.leaderboard.runner import (
     validate_result,
     write_result,
 )
+from gigpo_gym.algos.leaderboard.cli import main
 from gigpo_gym.algos.leaderboard.policies import LoadedPolicy, resolve_policy
 from gigpo_gym.algos.leaderboard.render import PAPER_MARK, render
-from gigpo_gym.algos.policies.base import Generation, SamplingParams
+from gigpo_gym.algos.policies.base import Generation, Policy, SamplingParams
 
 SPEC_NAMES = ("alfworld-valid_seen", "alfworld-valid_unseen", "webshop-test", "searchqa-test")
 
@@ -63,10 +64,18 @@ def test_spec_key_errors_are_named():
     data = dict(load_spec("webshop-test").data)
     with pytest.raises(LeaderboardError, match=r"unknown spec key 'episode' \(did you mean 'episodes'\?\)"):
         check_spec({**data, "episode": 3}, "x.json")
-    with pytest.raises(LeaderboardError, match=r"x\.json: spec key 'episodes' must be an integer, got '3'"):
+    with pytest.raises(LeaderboardError, match=r"x\.json: episodes must be an integer, got '3'"):
         check_spec({**data, "episodes": "3"}, "x.json")
+    with pytest.raises(LeaderboardError, match=r"x\.json: seeds\[1\] must be an integer, got 'a'"):
+        check_spec({**data, "seeds": [0, "a"]}, "x.json")
+    with pytest.raises(LeaderboardError, match=r"x\.json: the spec key 'reward' is missing"):
+        check_spec({k: v for k, v in data.items() if k != "reward"}, "x.json")
     with pytest.raises(LeaderboardError, match=r"env_version 'v9' does not match env_id"):
         check_spec({**data, "env_version": "v9"}, "x.json")
+    spec = check_spec(data, "x.json")
+    assert spec.data == data and spec.path == "x.json" and spec.episodes == data["episodes"]
+    with pytest.raises(AttributeError):  # a spec is frozen: a run cannot change the protocol it reports
+        spec.episodes = 3
 
 
 # -- runs -------------------------------------------------------------------------------
@@ -135,8 +144,8 @@ def test_fewer_episodes_play_the_first_tasks_of_the_spec():
     assert [e["task_id"] for e in three["episodes"][:2]] == [e["task_id"] for e in two["episodes"]]
 
 
-class _RaiseOnTaskPolicy:
-    needs_context = ("expert_action",)
+class _RaiseOnTaskPolicy(Policy):
+    needs_context = ("expert_action", "task")
 
     def __init__(self, bad_task: str):
         self.bad_task = bad_task
@@ -372,3 +381,42 @@ def test_resume_with_overwrite_keeps_the_finished_episodes_and_replaces_the_othe
     assert lines[:2] == [header, first] and len(lines) == 4 and json.loads(lines[-1]) == {"complete": True}
     result = json.loads((tmp_path / "searchqa-test__expert__upper_bound.json").read_text())
     assert result["counts"]["episodes"] == 2 and [e["index"] for e in result["episodes"]] == [0, 1]
+
+
+# -- the policy loader registry, the config hash -------------------------------------------
+def test_a_package_registers_a_policy_prefix_of_its_own(tmp_path, monkeypatch):
+    from gigpo_gym.algos.leaderboard import policies
+
+    monkeypatch.setattr(policies, "POLICY_LOADERS", dict(policies.POLICY_LOADERS))
+    (tmp_path / "toy_policy_pkg.py").write_text(
+        "from gigpo_gym.algos.leaderboard.policies import LoadedPolicy\n"
+        "from gigpo_gym.algos.policies.base import SamplingParams\n"
+        "from gigpo_gym.algos.policies.reference import ExpertPolicy\n"
+        "def load(request):\n"
+        "    return LoadedPolicy(ExpertPolicy(), request.text, 'expert', f'toy {request.argument}', True,\n"
+        "                        SamplingParams(max_new_tokens=1, temperature=0.0), details={'arg': request.argument})\n")
+    info = tmp_path / "toy_policy_pkg-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-policy-pkg\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[gigpo_gym.policies]\nmyserver = toy_policy_pkg:load\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    loaded = resolve_policy("myserver:big-model", "gigpo_gym/ALFWorld-v0")  # found through the entry point
+    assert loaded.name == "toy big-model" and loaded.details == {"arg": "big-model"}
+    assert "myserver" in policies.POLICY_LOADERS
+    policies.register_policy_loader("other", lambda request: loaded)
+    assert resolve_policy("other", "gigpo_gym/ALFWorld-v0") is loaded
+    with pytest.raises(ValueError, match="has no ':' or '/'"):
+        policies.register_policy_loader("a:b", lambda request: loaded)
+
+
+def test_the_config_hash_is_computed_once_per_run(tmp_path, monkeypatch):
+    from gigpo_gym.algos.leaderboard import runner
+
+    calls = []
+    real = runner.config_hash
+    monkeypatch.setattr(runner, "config_hash", lambda *a: calls.append(a) or real(*a))
+    assert main(["leaderboard", "--policy", "random", "--envs", "searchqa-test", "--episodes", "2", "--results-dir", str(tmp_path),
+                 "--no-progress"]) == 0
+    assert len(calls) == 1
+    result = json.loads(next(tmp_path.glob("searchqa-test__*.json")).read_text())
+    assert result["config_hash"] == real(load_spec("searchqa-test"), resolve_policy("random", "gigpo_gym/SearchQA-v0"), 2)

@@ -10,7 +10,6 @@ import gymnasium as gym
 import pytest
 
 import gigpo_gym  # noqa: F401  (registers the ids)
-from gigpo_gym.algos.training.rollout import wrap_llm_env
 from gigpo_gym.envs.searchqa.protocol import INVALID_MESSAGE
 from gigpo_gym.wrappers import ActionParser
 
@@ -77,17 +76,15 @@ def test_cut_and_overlong_action_replies_take_the_invalid_path_in_every_env(env_
 def test_sft_transcripts_are_the_rl_prompts_with_the_expert_s_own_tagged_replies():
     from gigpo_gym.algos.training.config import load_config
     from gigpo_gym.algos.training.sft import expert_demonstrations, oversample
-    from gigpo_gym.algos.training.trainer import prompt_settings
 
     cfg = load_config(RECIPE)
-    settings = prompt_settings(cfg)
-    demos = expert_demonstrations(cfg.env.id, 3, env_kwargs=cfg.env.kwargs, wrapper=lambda e: wrap_llm_env(e, **settings))
-    env = wrap_llm_env(gym.make(cfg.env.id, **cfg.env.kwargs), **settings)
+    demos = expert_demonstrations(cfg.env.id, 3, env_kwargs=cfg.env_kwargs(), wrapper=cfg.wrapper())
+    env = cfg.wrapper()(gym.make(cfg.env.id, **cfg.env_kwargs()))
     from gigpo_gym.core.env import derive_seed
 
     first_prompt, _ = env.reset(seed=derive_seed(0, 0))
     assert demos[0][0] == first_prompt  # the prompt RL sees at the same state
-    assert first_prompt.startswith(cfg.env.prompt_intro) and first_prompt.endswith(cfg.env.action_format)
+    assert first_prompt.startswith(cfg.prompt.intro) and first_prompt.endswith(cfg.prompt.action_format)
     replies = [r for _, r in demos]
     assert all(r.startswith(("<search>", "<answer>")) and "<action>" not in r for r in replies), replies
     assert replies[0].startswith("<search>") and replies[-1].startswith("<answer>")
@@ -100,20 +97,17 @@ def test_the_webshop_recipe_s_transcripts_are_free_text_actions_on_prompts_that_
 
     from gigpo_gym.algos.training.config import load_config
     from gigpo_gym.algos.training.sft import expert_demonstrations
-    from gigpo_gym.algos.training.trainer import prompt_settings
 
     cfg = load_config(WEBSHOP_RECIPE)
-    settings = prompt_settings(cfg)
-    assert settings["history_length"] == 0
+    assert cfg.prompt.history_length == 0 and cfg.prompt.observation_mode == "text_rich"
     for k in range(3):  # one won episode each: the replies went through ActionParser and the engine
-        demos = expert_demonstrations(cfg.env.id, 1, seed=k, env_kwargs=cfg.env.kwargs,
-                                      wrapper=lambda e: wrap_llm_env(e, **settings))
+        demos = expert_demonstrations(cfg.env.id, 1, seed=k, env_kwargs=cfg.env_kwargs(), wrapper=cfg.wrapper())
         prompts, replies = zip(*demos)
         assert all(re.fullmatch(r"<action>(search|click)\[[^\]]+\]</action>", r) for r in replies), replies
         assert replies[0].startswith("<action>search[") and replies[-1] == "<action>click[buy now]</action>"
         pages = [re.sub(r"\(step \d+\)", "", p) for p in prompts]  # the step count alone does not tell states apart
         assert len(set(pages)) == len(pages)  # after each option click the page says what is chosen
-        assert all(p.startswith(cfg.env.prompt_intro) and p.endswith(cfg.env.action_format) for p in prompts)
+        assert all(p.startswith(cfg.prompt.intro) and p.endswith(cfg.prompt.action_format) for p in prompts)
 
 
 def test_the_benchmark_reports_webshop_s_purchase_score_beside_success_paired_by_goal(tmp_path):
@@ -182,7 +176,7 @@ def test_skip_zero_advantage_trains_and_scores_the_reference_on_the_informative_
     from gigpo_gym.algos.training.trainer import Trainer
 
     cfg = load_config(None, [
-        f"env.id={CORRIDOR_ID}", "env.num_groups=2", "env.group_size=2", "env.eval_episodes=0", "env.history_length=1",
+        f"env.id={CORRIDOR_ID}", "env.num_groups=2", "env.group_size=2", "env.eval_episodes=0", "prompt.history_length=1",
         "env.kwargs={max_episode_steps: 2}", "sampling.max_new_tokens=4", "model.device=cpu",
         "model.tiny.corpus_episodes=3", "model.tiny.vocab_size=300", "model.tiny.hidden_size=32",
         "model.tiny.intermediate_size=64", "algo.name=grpo", "optim.kl_coef=0.1", "optim.skip_zero_advantage=true",

@@ -64,7 +64,7 @@ def test_the_study_skips_every_finished_stage_and_redoes_only_what_is_missing(tm
         raise AssertionError("a finished stage ran again")
 
     monkeypatch.setattr(trainer, "run_training", refuse)
-    monkeypatch.setattr(trainer, "_warm_start", refuse)
+    monkeypatch.setattr(trainer.Trainer, "warm_start", refuse)
     monkeypatch.setattr(study.bench, "evaluate", refuse)
     study.main(argv)
 

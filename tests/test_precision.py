@@ -13,7 +13,7 @@ from gigpo_gym.algos.training.trainer import Trainer
 from gigpo_gym.core.env import derive_seed
 
 SMALL = [
-    f"env.id={CORRIDOR_ID}", "env.num_groups=1", "env.group_size=2", "env.eval_episodes=0", "env.history_length=1",
+    f"env.id={CORRIDOR_ID}", "env.num_groups=1", "env.group_size=2", "env.eval_episodes=0", "prompt.history_length=1",
     "env.kwargs={max_episode_steps: 3}", "sampling.max_new_tokens=4", "model.device=cpu", "model.tiny.corpus_episodes=3", "model.tiny.vocab_size=300",
     "model.tiny.hidden_size=32", "model.tiny.intermediate_size=64", "optim.lr=1e-6", "optim.micro_batch_size=4",
     "optim.mini_batch_size=4096", "iterations=1", "progress=false", "eval_before=false",

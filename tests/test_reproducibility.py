@@ -23,7 +23,7 @@ run_training(cfg, echo=lambda *_: None)
 """
 
 OVERRIDES = [
-    f"env.id={CORRIDOR_ID}", "env.num_groups=2", "env.group_size=2", "env.eval_episodes=2", "env.history_length=1",
+    f"env.id={CORRIDOR_ID}", "env.num_groups=2", "env.group_size=2", "env.eval_episodes=2", "prompt.history_length=1",
     "sampling.max_new_tokens=6", "model.device=cpu", "model.tiny.corpus_episodes=3", "model.tiny.vocab_size=300",
     "model.tiny.hidden_size=32", "model.tiny.intermediate_size=64", "optim.lr=1e-3", "optim.micro_batch_size=4",
     "optim.mini_batch_size=8", "iterations=2", "eval_every=1", "progress=false", "sft.steps=3", "sft.episodes=2",

@@ -1,4 +1,4 @@
-"""Multi-turn rollout over the grouped vector env (scripted fake env, scripted policies)."""
+"""The episode player over the grouped vector env (scripted fake env, scripted policies)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ import pytest
 from helpers_fake import CORRIDOR_ID
 
 import gigpo_gym
-from gigpo_gym.algos.policies.base import Generation, SamplingParams
+from gigpo_gym.algos.policies.base import Generation, Policy, SamplingParams
 from gigpo_gym.algos.policies.reference import ExpertPolicy, RandomAdmissiblePolicy
 from gigpo_gym.algos.estimators.registry import get_algorithm
 from gigpo_gym.algos.training.metrics import rollout_metrics
-from gigpo_gym.algos.training.rollout import RewardShaping, collect, llm_wrapper
+from gigpo_gym.algos.training.rollout import RewardShaping, collect
+from gigpo_gym.wrappers import PromptConfig, llm_stack
 
 
-class ScriptedPolicy:
+class ScriptedPolicy(Policy):
     """Answers by a rule on the prompt; records how many prompts each call got."""
 
     def __init__(self, rule):
@@ -26,7 +27,7 @@ class ScriptedPolicy:
 
 
 def make_envs(groups=2, size=3, seed=0):
-    return gigpo_gym.make_grouped(CORRIDOR_ID, groups, size, seed=seed, wrappers=(llm_wrapper(history_length=1),))
+    return gigpo_gym.make_grouped(CORRIDOR_ID, groups, size, seed=seed, wrappers=(llm_stack(PromptConfig(history_length=1)),))
 
 
 def test_expert_rounds_win_and_rows_follow_the_contract():
@@ -133,3 +134,80 @@ def test_rows_feed_the_advantage_estimators():
 def test_reward_shaping_rejects_unknown_source():
     with pytest.raises(ValueError, match="reward source must be 'won' or 'env'"):
         RewardShaping(source="score")
+
+
+def test_a_policy_gets_the_context_it_asks_for_in_training_as_on_the_leaderboard():
+    """Any info key a policy names comes with its prompt (it used to reach leaderboard policies only)."""
+
+    class Asking(Policy):
+        needs_context = ("admissible_actions", "task_type", "task", "episode")
+
+        def generate(self, prompts, sampling, contexts=None):
+            seen.extend(contexts)
+            return [Generation("<action>go east</action>", [], [], []) for _ in prompts]
+
+    seen: list[dict] = []
+    envs = make_envs(1, 2)
+    collect(Asking(), envs, SamplingParams(), seed=3)
+    envs.close()
+    assert seen and all(c["task_type"].startswith("len") and c["admissible_actions"] == ["go east", "go west", "wait"]
+                        for c in seen)
+    assert {c["episode"] for c in seen} == {0, 1} and all("You are in room 0" in c["task"] for c in seen)
+
+
+def test_an_object_with_generate_only_still_plays_and_is_told_to_subclass_policy():
+    class Bare:
+        def generate(self, prompts, sampling):
+            return [Generation("<action>go east</action>", [], [], []) for _ in prompts]
+
+    envs = make_envs(1, 2)
+    with pytest.warns(DeprecationWarning, match="subclass gigpo_gym.algos.Policy"):
+        out = collect(Bare(), envs, SamplingParams(), seed=0)
+    envs.close()
+    assert all(e.won for e in out.episodes)
+
+
+def test_rows_keep_the_prompt_the_reply_and_the_parsed_action_and_episodes_how_they_ended():
+    envs = make_envs(1, 2)
+    out = collect(ScriptedPolicy(lambda p: "no tags" if "(step" in p else "<action>go east</action>"), envs,
+                  SamplingParams(), seed=0)
+    envs.close()
+    first = [i for i, step in enumerate(out.step_ids) if step == 0]
+    assert all("You are in room 0" in out.prompts[i] and out.actions[i] == "go east" for i in first)
+    assert all(out.actions[i] is None for i, step in enumerate(out.step_ids) if step > 0)  # "no tags": nothing parsed
+    assert {e.status for e in out.episodes} == {"truncated"} and all(not e.won for e in out.episodes)
+    assert all(e.env_return == 0.0 and e.length == 8 for e in out.episodes)
+
+
+def test_a_generation_with_an_error_ends_only_its_episode():
+    class Failing(Policy):
+        needs_context = ("episode",)
+
+        def generate(self, prompts, sampling, contexts=None):
+            return [Generation("", [], [], [], error="the server gave up", error_status="truncated")
+                    if c["episode"] == 0 else Generation("<action>go east</action>", [], [], []) for c in contexts]
+
+    envs = make_envs(1, 2)
+    ended = []
+    out = collect(Failing(), envs, SamplingParams(), seed=0, final_keys=("score",), on_episode_end=ended.append)
+    envs.close()
+    first, second = out.episodes
+    assert (first.status, first.error, first.length, first.final) == ("truncated", "policy: the server gave up", 0,
+                                                                      {"score": 0.0})
+    assert second.won and second.status == "terminated" and [e.index for e in ended] == [0, 1]
+
+
+def test_each_env_can_reset_with_options_of_its_own():
+    envs = make_envs(1, 3)
+    with pytest.raises(ValueError, match=r"env_options must hold one mapping per env \(3\), got 1"):
+        envs.reset(seed=0, options={"env_options": [{}]})
+    seen = []
+    env0 = envs._chunks[0].envs[0].unwrapped
+    reset = type(env0)._reset
+    type(env0)._reset = lambda self, seed, options: (seen.append(options), reset(self, seed, options))[1]
+    try:
+        envs.reset(seed=0, options={"shared": 1, "env_options": [{"task_id": "a"}, {"task_id": "b"}, {}]})
+    finally:
+        type(env0)._reset = reset
+    envs.close()
+    assert seen == [{"shared": 1, "task_id": "a"}, {"shared": 1, "task_id": "b"}, {"shared": 1}]

@@ -9,6 +9,7 @@ import torch
 
 from gigpo_gym.algos.training.config import load_config
 from gigpo_gym.algos.policies.base import SamplingParams
+from gigpo_gym.algos.policies.hf import HFPolicy
 from gigpo_gym.algos.training.rollout import collect
 from gigpo_gym.algos.training.trainer import Trainer
 
@@ -24,7 +25,7 @@ def test_smollm2_loads_offline_acts_validly_in_alfworld_and_updates(tmp_path, mo
     cfg = load_config(None, [
         "model.name=smollm2", "model.device=cpu", "model.choose_admissible=true",
         "env.id=gigpo_gym/ALFWorld-v0", "env.kwargs={max_episode_steps: 1}", "env.num_groups=2", "env.group_size=2",
-        "env.eval_episodes=0", "env.history_length=0", "env.prompt_intro=You are a household agent.",
+        "env.eval_episodes=0", "prompt.history_length=0", "prompt.intro=You are a household agent.",
         "optim.kl_coef=0", "optim.lr=1e-5", "optim.micro_batch_size=2", "algo.name=grpo", f"run_dir={tmp_path}",
     ])
     trainer = Trainer(cfg)
@@ -32,10 +33,12 @@ def test_smollm2_loads_offline_acts_validly_in_alfworld_and_updates(tmp_path, mo
         assert trainer.policy.use_chat_template  # SmolLM2's own chat template
         rollout = collect(trainer.policy, trainer.envs, SamplingParams(temperature=1.0, seed=0), seed=0)
         assert len(rollout) == 4 and all(rollout.action_valid), rollout.action_valid
-        trainer.policy.choose_admissible = False  # the unconstrained path runs on the same model too
-        free = trainer.policy.generate(["You are a household agent. Say hello."], SamplingParams(max_new_tokens=4))
-        assert free[0].response_ids and trainer.policy.needs_context == ()
-        trainer.policy.choose_admissible = True
+        # the unconstrained path on the same model: another policy over its module, built without the choice
+        writer = HFPolicy(trainer.policy.model, trainer.policy.tokenizer, device=trainer.policy.device)
+        free = writer.generate(["You are a household agent. Say hello."], SamplingParams(max_new_tokens=4))
+        assert free[0].response_ids and writer.needs_context == ()
+        with pytest.raises(AttributeError):  # fixed when the policy is made, never switched from outside
+            trainer.policy.choose_admissible = False
         before = [p.detach().clone() for p in trainer.params]
         rollout.rewards[:] = [1.0, 0.0, 1.0, 0.0]  # a signal in both groups, whatever the episodes did
         stats = trainer.update(rollout, iteration=1)

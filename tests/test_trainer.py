@@ -15,7 +15,7 @@ from gigpo_gym.algos.training.loss import LossWeights, choice_kl, k3_kl, policy_
 from gigpo_gym.algos.training.trainer import build_policy, learning_rate, run_training
 
 SMALL = [
-    f"env.id={CORRIDOR_ID}", "env.num_groups=2", "env.group_size=2", "env.eval_episodes=2", "env.history_length=1",
+    f"env.id={CORRIDOR_ID}", "env.num_groups=2", "env.group_size=2", "env.eval_episodes=2", "prompt.history_length=1",
     "sampling.max_new_tokens=6", "model.device=cpu", "model.tiny.corpus_episodes=3", "model.tiny.vocab_size=300",
     "model.tiny.hidden_size=32", "model.tiny.intermediate_size=64", "optim.lr=1e-3", "optim.micro_batch_size=8",
     "optim.mini_batch_size=64", "iterations=2", "progress=false", "eval_before=false",
@@ -54,7 +54,7 @@ def test_two_iterations_change_the_weights_and_resume_from_the_checkpoint(tmp_pa
     from gigpo_gym.algos.leaderboard.policies import resolve_policy
 
     loaded = resolve_policy(str(run), CORRIDOR_ID, device="cpu")  # the leaderboard evaluates it as trained
-    assert loaded.details["iteration"] == 3 and loaded.prompt["history_length"] == 1  # the run's, not the spec's 2
+    assert loaded.details["iteration"] == 3 and loaded.prompt.history_length == 1  # the run's, not the spec's 2
     assert loaded.details["algo"] == resumed.algo.name and loaded.name.endswith(f"+ {resumed.algo.name} (run, iter 3)")
     from safetensors.torch import save_model
 
@@ -207,7 +207,7 @@ def test_bad_config_keys_and_values_are_named(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match="iterations must be an integer, got 'many'"):
         load_config(None, ["iterations=many"])
-    with pytest.raises(ConfigError, match=r"mini_batch_size \(4\) must be >= optim.micro_batch_size \(8\)"):
+    with pytest.raises(ConfigError, match=r"optim.mini_batch_size \(4\) must be >= micro_batch_size \(8\)"):
         load_config(None, ["optim.mini_batch_size=4", "optim.micro_batch_size=8"])
     assert load_config(None, ["optim.lr=1e-5"]).optim.lr == 1e-5  # YAML reads 1e-5 as a string
     with pytest.raises(ConfigError, match="env.revisit_penalty must be >= 0, got -0.1"):
@@ -311,7 +311,7 @@ def test_choices_loss_trains_the_choice_among_admissible_actions(tmp_path, monke
         free_text.choice_batch
     with pytest.raises(ConfigError, match="needs model.choose_admissible: true"):
         small_config(tmp_path, "optim.loss_over=choices")
-    with pytest.raises(ConfigError, match="optim.loss_over must be 'tokens' or 'choices', got 'words'"):
+    with pytest.raises(ConfigError, match=r"optim.loss_over must be one of \['tokens', 'choices'\], got 'words'"):
         small_config(tmp_path, "optim.loss_over=words")
 
 
@@ -337,7 +337,6 @@ def test_algo_flag_drops_the_other_algorithms_kwargs_and_bad_algo_keys_are_confi
     from pathlib import Path
 
     from gigpo_gym.algos.cli import _reset_algo_kwargs, add_cli
-    from gigpo_gym.algos.training.trainer import Trainer
 
     demo = str(Path(__file__).resolve().parents[1] / "configs" / "demo.yaml")
     parser = argparse.ArgumentParser()
@@ -351,8 +350,8 @@ def test_algo_flag_drops_the_other_algorithms_kwargs_and_bad_algo_keys_are_confi
     overrides = list(kept.overrides)
     _reset_algo_kwargs(kept, overrides)
     assert load_config(demo, overrides).algo.kwargs == {"gamma": 0.9}
-    with pytest.raises(ConfigError, match=r"algo: grpo: unknown config key 'gamma'"):
-        Trainer(load_config(demo, ["algo.name=grpo", f"run_dir={tmp_path / 'run'}"]))
+    with pytest.raises(ConfigError, match=r"algo.kwargs: grpo: unknown config key 'gamma'"):
+        load_config(demo, ["algo.name=grpo", f"run_dir={tmp_path / 'run'}"])
     bad = parser.parse_args(["train", "--set", "algo.kwargs.gama=0.9", "--run-dir", str(tmp_path / "bad")])
     assert bad.func(bad) == 2
     err = capsys.readouterr().err
@@ -360,10 +359,10 @@ def test_algo_flag_drops_the_other_algorithms_kwargs_and_bad_algo_keys_are_confi
 
 
 def test_demonstrations_pass_expert_kwargs_and_answer_from_the_prompt_s_actions():
-    from gigpo_gym.algos.training.rollout import llm_wrapper
     from gigpo_gym.algos.training.sft import expert_demonstrations
+    from gigpo_gym.wrappers import PromptConfig, llm_stack
 
-    kwargs = dict(env_kwargs={"max_episode_steps": 60}, wrapper=llm_wrapper(history_length=2))
+    kwargs = dict(env_kwargs={"max_episode_steps": 60}, wrapper=llm_stack(PromptConfig(history_length=2)))
     plan = expert_demonstrations("gigpo_gym/ALFWorld-v0", 3, **kwargs)
     search = expert_demonstrations("gigpo_gym/ALFWorld-v0", 3, expert_kwargs={"style": "search"}, **kwargs)
     assert len(search) > len(plan) > 0  # searching takes more steps than knowing
@@ -399,3 +398,38 @@ def test_gain_line_gives_the_change_with_its_standard_error_per_type():
     line = format_gain(before, after)
     assert "all +20.0 +-  5.5" in line  # hypot(sqrt(.1*.9/100), sqrt(.3*.7/100)) = 0.0548
     assert "pick +30.0" in line
+
+
+def test_each_config_section_checks_itself_and_names_the_key():
+    from gigpo_gym.algos.training.config import EnvConfig, ModelConfig, OptimConfig, SamplingConfig
+
+    with pytest.raises(ValueError, match="epochs must be >= 1, got 0"):
+        OptimConfig(epochs=0)  # made in code, the section still checks itself
+    with pytest.raises(TypeError, match="num_groups must be an integer, got '4'"):
+        EnvConfig(num_groups="4")
+    with pytest.raises(ValueError, match=r"dtype must be one of \['float32', 'bfloat16', 'float16'\], got 'fp32'"):
+        ModelConfig(dtype="fp32")
+    with pytest.raises(ConfigError, match=r"sampling.top_p must be in \(0, 1\], got 0.0"):
+        load_config(None, ["sampling.top_p=0"])
+    with pytest.raises(ConfigError, match=r"prompt.template must be one of \['default', 'paper'.*got 'papr' \(did you mean 'paper'\?\)"):
+        load_config(None, ["prompt.template=papr"])
+    with pytest.raises(ConfigError, match=r"prompt.intro is not read by the 'paper' template"):
+        load_config(None, ["prompt.template=paper", "prompt.intro=hi"])
+    with pytest.raises(ConfigError, match=r"algo.name: unknown algorithm 'gigp'"):
+        load_config(None, ["algo.name=gigp"])
+    assert SamplingConfig(eval_temperature=0.0).params(evaluation=True, seed=3).temperature == 0.0
+
+
+def test_old_env_prompt_keys_load_into_the_prompt_section_with_a_warning():
+    with pytest.warns(DeprecationWarning, match="env.prompt_intro is deprecated: use prompt.intro"):
+        cfg = load_config(None, ["env.prompt_intro=Hello.", "env.history_length=1", "env.list_actions=false"])
+    assert (cfg.prompt.intro, cfg.prompt.history_length, cfg.prompt.list_actions) == ("Hello.", 1, False)
+    with pytest.raises(ConfigError, match="env.history_length and prompt.history_length are both set"):
+        load_config(None, ["env.history_length=1", "prompt.history_length=2"])
+    kwargs = "env.kwargs={split: train, observation_mode: text_rich}"
+    with pytest.warns(DeprecationWarning, match="env.kwargs.observation_mode is deprecated: use prompt.observation_mode"):
+        cfg = load_config(None, ["env.id=gigpo_gym/WebShop-v0", kwargs])
+    assert cfg.prompt.observation_mode == "text_rich" and cfg.env.kwargs["observation_mode"] == "text_rich"
+    assert cfg.env_kwargs("eval")["observation_mode"] == "text_rich"  # every env of the run renders the same way
+    with pytest.raises(ConfigError, match="differ: keep prompt.observation_mode only"):
+        load_config(None, ["env.id=gigpo_gym/WebShop-v0", kwargs, "prompt.observation_mode=text"])

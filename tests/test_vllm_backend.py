@@ -84,7 +84,7 @@ def test_backend_contract(kind, model_path):
             assert logits.argmax(-1).tolist() == g.response_ids
 
         # admissible choice: one of the row's actions, with the answer's token log-probs
-        trained.choose_admissible = True
+        trained._choose_admissible = True  # both paths on one engine: the test flips the constructor option
         contexts = [{"admissible_actions": a} for a in ACTIONS]
         chosen = actor.generate(PROMPTS, SamplingParams(temperature=1.0, seed=3), contexts)
         for g, actions in zip(chosen, ACTIONS):
@@ -96,7 +96,7 @@ def test_backend_contract(kind, model_path):
                                        atol=2e-3, rtol=0)
 
         # new weights reach the backend
-        trained.choose_admissible = False
+        trained._choose_admissible = False
         with torch.no_grad():
             for p in trained.parameters():
                 p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(1)).to(p.device) * 0.5)

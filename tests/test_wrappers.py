@@ -9,7 +9,7 @@ import pytest
 from fake_envs import COUNTER
 
 from gigpo_gym.core import digest
-from gigpo_gym.wrappers import ActionParser, AnchorKey, HistoryPrompt, action, anchor, prompt, wrap_for_llm
+from gigpo_gym.wrappers import ActionParser, AnchorKey, HistoryPrompt, action, anchor, prompt, stack, wrap_for_llm
 
 
 def test_anchor_state_mode_keeps_the_env_key():
@@ -84,7 +84,7 @@ def test_full_stack_records_invalid_steps_in_history():
     assert info["anchor_text"] == "Nothing happens."
 
 
-@pytest.mark.parametrize("module", [action, anchor, prompt])
+@pytest.mark.parametrize("module", [action, anchor, prompt, stack])
 def test_docstring_examples_run(module):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0

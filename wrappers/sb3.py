@@ -166,7 +166,8 @@ def make_sb3_env(env_id: str, *, max_actions: int = 48, dim: int = 1024, with_ac
     return HashedText(AdmissibleDiscrete(env, max_actions=max_actions), dim=dim, with_actions=with_actions)
 
 
-def _sb3_algorithms() -> dict[str, Any]:
+def sb3_algorithms() -> dict[str, Any]:
+    """Name -> class of the SB3 algorithms installed: PPO, and MaskablePPO where sb3-contrib is."""
     try:
         from stable_baselines3 import PPO
     except ImportError as e:
@@ -190,7 +191,9 @@ class SB3Policy:
     ``with_actions``) so the features are rebuilt exactly as in training.
     """
 
+    #: The ``gigpo_gym.algos.Policy`` contract, spelled out: the wrappers do not import the algorithm side at import time.
     needs_context = ("admissible_actions", "observation", "task", "instruction")
+    concurrent = False
 
     def __init__(self, model: Any, settings: dict[str, Any]):
         self.model, self.settings = model, dict(settings)
@@ -215,13 +218,16 @@ class SB3Policy:
         if not meta.is_file():
             raise FileNotFoundError(f"{meta} is missing: it holds the feature settings of {path}")
         settings = json.loads(meta.read_text())
-        algos = _sb3_algorithms()
+        algos = sb3_algorithms()
         if settings.get("algo") not in algos:
             raise ValueError(f"{meta}: algo {settings.get('algo')!r} is not available (installed: {sorted(algos)})")
         return cls(algos[settings["algo"]].load(str(path), device=device), settings)
 
     def describe(self) -> dict[str, Any]:
         return dict(self.settings)
+
+    def close(self) -> None:
+        """Nothing to release."""
 
     def act(self, task: str, observation: str, admissible: Sequence[str], query: str | None = None) -> str:
         slots = concrete_actions(admissible, query)[: self.max_actions]

@@ -27,9 +27,8 @@ import gymnasium as gym
 
 from gigpo_gym.core.spaces import String
 from gigpo_gym.envs.searchqa.protocol import cut_reply
+from gigpo_gym.wrappers.stack import PROMPT_TEMPLATES  # noqa: F401  (the registry of template names; its old home)
 
-#: ``--prompt`` values: the env's own prompt (``HistoryPrompt``) or the paper's.
-PROMPT_TEMPLATES = ("default", "paper")
 FAMILIES = ("alfworld", "webshop", "searchqa")
 MAX_PROMPT_LENGTH = 1 << 20
 

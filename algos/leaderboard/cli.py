@@ -26,7 +26,7 @@ def _results_dir_help() -> str:
 def _run_options(p: argparse.ArgumentParser, suppress: bool = False) -> None:
     """The run's options (on ``leaderboard`` itself and on ``leaderboard run``)."""
     from gigpo_gym.algos.leaderboard.specs import SPECS_DIR
-    from gigpo_gym.wrappers.templates import PROMPT_TEMPLATES
+    from gigpo_gym.wrappers.stack import PROMPT_TEMPLATES
 
     def add(*names: str, default=None, **kw) -> None:
         p.add_argument(*names, default=argparse.SUPPRESS if suppress else default, **kw)
@@ -44,7 +44,8 @@ def _run_options(p: argparse.ArgumentParser, suppress: bool = False) -> None:
     add("--max-new-tokens", type=int, help="LLM response length cap (default: 32 for <action> answers, 96 on SearchQA, "
         "512 with --prompt paper)")
     add("--prompt", choices=PROMPT_TEMPLATES, default="default",
-        help="LLM prompts: the env's own (default) or the GiGPO paper's (think, then <action>; Search-R1's on SearchQA)")
+        help="LLM prompts: the env's own (default; a trainer run's: its own) or the GiGPO paper's (think, then <action>; "
+             "Search-R1's on SearchQA)")
     add("--choose-admissible", action="store_true", default=False,
         help="LLMs answer by choosing among the admissible actions with their own likelihoods (WebShop's "
              "search[<query>] filled with the instruction) instead of free generation; not for SearchQA")
@@ -122,16 +123,8 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gigpo_gym.algos.leaderboard.journal import journal_path
     from gigpo_gym.algos.leaderboard.policies import ServerSettings, resolve_policy
-    from gigpo_gym.algos.leaderboard.runner import (
-        LeaderboardError,
-        available_specs,
-        config_hash,
-        load_spec,
-        result_path,
-        run_to_file,
-    )
+    from gigpo_gym.algos.leaderboard.runner import Evaluation, LeaderboardError, available_specs, load_spec, run_to_file
     from gigpo_gym.algos.leaderboard.specs import default_results_dir
 
     if not args.policy:
@@ -146,12 +139,12 @@ def _run(args: argparse.Namespace) -> int:
                                 temperature=args.temperature, max_new_tokens=args.max_new_tokens, name=args.name,
                                 choose_admissible=args.choose_admissible, template=args.prompt, top_p=args.top_p,
                                 server=server)
-        n = args.episodes if args.episodes is not None else spec.episodes
-        journal = journal_path(result_path(results_dir, spec, loaded), config_hash(spec, loaded, n))
+        evaluation = Evaluation.of(spec, loaded, args.episodes)
+        journal = evaluation.journal_path(results_dir)
         try:
-            result, path = run_to_file(spec, loaded, results_dir, episodes=n, resume=args.resume,
-                                       overwrite=args.overwrite, backend=args.backend, batch_size=args.batch_size,
-                                       progress=not args.no_progress, notes=args.notes)
+            result, path = run_to_file(evaluation, results_dir, resume=args.resume, overwrite=args.overwrite,
+                                       backend=args.backend, batch_size=args.batch_size, progress=not args.no_progress,
+                                       notes=args.notes)
         except KeyboardInterrupt:
             print(f"interrupted: the finished episodes are kept in {journal}; the same command with --resume "
                   "continues", file=sys.stderr)

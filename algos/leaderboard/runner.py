@@ -12,9 +12,12 @@ crashed episode counts as a failure; a ``fatal`` policy error, such as a served
 model's wrong key, stops the run).  Same spec + deterministic policy -> the same
 numbers.
 
-``run_to_file`` is the command's path: it refuses to replace a result of another
-config, streams every finished episode to the run's episode file (``journal``) and
-with ``resume=True`` plays only the episodes a killed run did not finish.
+An ``Evaluation`` is one policy on one spec: the prompts it sees (a run's own, else
+the spec's), the env kwargs (the spec's, with the prompt's observation mode) and the
+config hash, computed once.  ``run_to_file`` is the command's path: it refuses to
+replace a result of another config, streams every finished episode to the run's
+episode file (``journal``) and with ``resume=True`` plays only the episodes a killed
+run did not finish.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import functools
 import math
 import platform
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -97,12 +101,63 @@ def _sampling_json(loaded: Any) -> dict[str, Any]:
 
 
 def config_hash(spec: Spec, loaded: Any, episodes: int) -> str:
-    """Digest of what decides the numbers: spec, policy (a served model's id, the prompt template), decoding,
+    """Digest of what decides the numbers: spec, policy (a served model's id, the prompts), decoding,
     episodes, package version.  Not where a server runs or how many requests it takes at once."""
     import gigpo_gym
 
     return digest({"spec": spec.data, "policy": loaded.describe(), "sampling": _sampling_json(loaded),
                    "episodes": int(episodes), "package_version": gigpo_gym.__version__})
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One policy on one spec: what is played, and the config hash that names it (computed once)."""
+
+    spec: Spec
+    #: The ``LoadedPolicy`` (``policies.resolve_policy``).
+    loaded: Any
+    #: Episodes per round seed (the spec's first ``episodes`` tasks).
+    episodes: int
+    config_hash: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.episodes < 1:
+            raise LeaderboardError(f"episodes must be >= 1, got {self.episodes}")
+        object.__setattr__(self, "config_hash", config_hash(self.spec, self.loaded, self.episodes))
+
+    @classmethod
+    def of(cls, spec: Spec, loaded: Any, episodes: int | None = None) -> "Evaluation":
+        return cls(spec, loaded, spec.episodes if episodes is None else int(episodes))
+
+    @property
+    def prompt(self) -> Any:
+        """The prompts the policy sees: its own (a trainer run's), else the spec's."""
+        return self.loaded.prompt_for(self.spec)
+
+    @property
+    def anchor_mode(self) -> str:
+        return self.loaded.anchor_mode
+
+    @property
+    def env_kwargs(self) -> dict[str, Any]:
+        """``gym.make`` kwargs: the spec's tasks and step limit, rendered as the prompt says (observation mode)."""
+        return {**self.spec.env_kwargs, **self.prompt.env_kwargs(), "max_episode_steps": self.spec.max_steps}
+
+    def make_envs(self, backend: str = "sync"):
+        """One env per episode of a round, each through the policy's prompt stack with ``CrashGuard`` outermost."""
+        import gigpo_gym
+
+        return gigpo_gym.make_grouped(self.spec.env_id, self.episodes, 1, backend=backend, seed=self.spec.seeds[0],
+                                      env_kwargs=self.env_kwargs,
+                                      wrappers=(functools.partial(guarded_stack, self.prompt, anchor_mode=self.anchor_mode),))
+
+    def result_path(self, results_dir: str | Path) -> Path:
+        """Where the result goes (``<spec>__<policy name>.json``)."""
+        return result_path(results_dir, self.spec, self.loaded)
+
+    def journal_path(self, results_dir: str | Path) -> Path:
+        """The episode file beside the result (``journal``)."""
+        return journal_path(self.result_path(results_dir), self.config_hash)
 
 
 class _Progress:
@@ -125,10 +180,15 @@ class _Progress:
         self.bar.update(1)
 
 
-def run_spec(spec: Spec, loaded: Any, *, episodes: int | None = None, backend: str = "sync", batch_size: int = 16,
-             progress: bool = True, notes: str = "", journal: str | Path | None = None, resume: bool = False,
+def run_spec(spec: Spec, loaded: Any, *, episodes: int | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Evaluate ``loaded`` (a ``LoadedPolicy``) on ``spec``; returns the result (schema-valid; ``evaluate`` takes ``kwargs``)."""
+    return evaluate(Evaluation.of(spec, loaded, episodes), **kwargs)
+
+
+def evaluate(evaluation: Evaluation, *, backend: str = "sync", batch_size: int = 16, progress: bool = True,
+             notes: str = "", journal: str | Path | None = None, resume: bool = False,
              overwrite: bool = False) -> dict[str, Any]:
-    """Evaluate ``loaded`` (a ``LoadedPolicy``) on ``spec``; returns the result (schema-valid).
+    """Play ``evaluation``; returns the result (schema-valid).
 
     ``journal`` (a file path) streams every finished episode there; with ``resume`` the
     episodes it already holds are not played again, and ``overwrite`` (without
@@ -136,17 +196,13 @@ def run_spec(spec: Spec, loaded: Any, *, episodes: int | None = None, backend: s
     """
     import gigpo_gym
 
-    n = spec.episodes if episodes is None else int(episodes)
-    if n < 1:
-        raise LeaderboardError(f"episodes must be >= 1, got {n}")
-    chash = config_hash(spec, loaded, n)
+    spec, loaded, n, chash = evaluation.spec, evaluation.loaded, evaluation.episodes, evaluation.config_hash
     book = None if journal is None else EpisodeJournal(  # with resume, overwrite is about the result file only
         journal, {"config_hash": chash, "spec": spec.name, "policy": loaded.name}, resume=resume,
         overwrite=overwrite and not resume)
     prior = book.prior_seconds if book is not None else 0.0
     done = {key: EpisodeRecord.from_json(line["episode"]) for key, line in (book.finished if book else {}).items()}
-    settings = {"history_length": spec.history_length, **loaded.prompt}
-    env_kwargs = {**spec.env_kwargs, "max_episode_steps": spec.max_steps}
+    env_kwargs = evaluation.env_kwargs
     started = time.perf_counter()
     bar = _Progress(n * len(spec.seeds), list(done.values()), f"{spec.name} | {loaded.name}", progress)
     records: list[EpisodeRecord] = []
@@ -158,8 +214,7 @@ def run_spec(spec: Spec, loaded: Any, *, episodes: int | None = None, backend: s
             if len(skip) == n:
                 continue
             if envs is None:
-                envs = gigpo_gym.make_grouped(spec.env_id, n, 1, backend=backend, seed=spec.seeds[0],
-                                              env_kwargs=env_kwargs, wrappers=(functools.partial(guarded_stack, settings),))
+                envs = evaluation.make_envs(backend)
 
             def finished(rec: EpisodeRecord, r: int = r, round_seed: int = round_seed) -> None:
                 k = rec.index
@@ -186,8 +241,8 @@ def run_spec(spec: Spec, loaded: Any, *, episodes: int | None = None, backend: s
         "spec_digest": spec.digest,
         "policy": loaded.describe(),
         "sampling": _sampling_json(loaded),
-        "env": {"id": spec.env_id, "version": spec.env_version, "kwargs": dict(spec.env_kwargs),
-                "max_steps": spec.max_steps},
+        "env": {"id": spec.env_id, "version": spec.env_version,
+                "kwargs": {k: v for k, v in env_kwargs.items() if k != "max_episode_steps"}, "max_steps": spec.max_steps},
         "package_version": gigpo_gym.__version__,
         "versions": _versions(),
         "config_hash": chash,
@@ -229,18 +284,17 @@ def result_path(results_dir: str | Path, spec: Spec, loaded: Any) -> Path:
     return Path(results_dir) / result_filename({"spec": {"name": spec.name}, "policy": {"name": loaded.name}})
 
 
-def run_to_file(spec: Spec, loaded: Any, results_dir: str | Path, *, episodes: int | None = None, resume: bool = False,
-                overwrite: bool = False, **kwargs: Any) -> tuple[dict[str, Any], Path]:
-    """Run and write the result; its episode file streams beside it (``run_spec`` takes ``kwargs``).
+def run_to_file(evaluation: Evaluation, results_dir: str | Path, *, resume: bool = False, overwrite: bool = False,
+                **kwargs: Any) -> tuple[dict[str, Any], Path]:
+    """Run and write the result; its episode file streams beside it (``evaluate`` takes ``kwargs``).
 
     Before anything runs, an existing result of another config at the same path is an
     error naming ``--overwrite`` (checked again before writing).
     """
-    n = spec.episodes if episodes is None else int(episodes)
-    path = result_path(results_dir, spec, loaded)
-    chash = config_hash(spec, loaded, n)
-    check_replace(path, chash, n * len(spec.seeds), overwrite)
-    result = run_spec(spec, loaded, episodes=n, journal=journal_path(path, chash), resume=resume, overwrite=overwrite,
+    path = evaluation.result_path(results_dir)
+    episodes = evaluation.episodes * len(evaluation.spec.seeds)
+    check_replace(path, evaluation.config_hash, episodes, overwrite)
+    result = evaluate(evaluation, journal=evaluation.journal_path(results_dir), resume=resume, overwrite=overwrite,
                       **kwargs)
-    check_replace(path, chash, n * len(spec.seeds), overwrite)
+    check_replace(path, evaluation.config_hash, episodes, overwrite)
     return result, write_result(result, path)

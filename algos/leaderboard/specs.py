@@ -1,7 +1,7 @@
 """Leaderboard specs and result files: loading, checking, the result schema.
 
-A spec (``benchmarks/specs/<name>.json``) is checked key by key (errors name the
-file, the key and the closest valid one); a result is checked against
+A spec (``benchmarks/specs/<name>.json``) is a typed, frozen ``Spec``, checked key by
+key (errors name the file, the key and the closest valid one); a result is checked against
 ``benchmarks/leaderboard/result_schema.json`` with ``jsonschema`` before it is
 written and again when it is read.  Specs, schema and the paper's rows ship in the
 wheel (``gigpo_gym/benchmarks/``); results are written to the current directory, or
@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,8 @@ import gymnasium as gym
 
 from gigpo_gym.core.anchor import digest
 from gigpo_gym.core.data import write_atomically
+from gigpo_gym.core.typed import FieldError, check_fields, from_mapping
+from gigpo_gym.wrappers.stack import PromptConfig
 
 RESULT_VERSION = 1
 SPEC_VERSION = 1
@@ -41,13 +43,7 @@ def default_results_dir() -> Path:
 #: ``default_results_dir()`` when this module was imported (the commands ask again when they run).
 RESULTS_DIR = default_results_dir()
 SCHEMA_FILE = BENCHMARKS_DIR / "leaderboard" / "result_schema.json"
-SPEC_KEYS = {
-    "spec_version": int, "name": str, "title": str, "env_id": str, "env_version": str, "env_kwargs": dict,
-    "split": str, "seeds": list, "episodes": int, "max_steps": int, "history_length": int,
-    "final_info_metrics": list, "reward": str, "paper": str,
-}
-OPTIONAL_SPEC_KEYS = {"title", "paper"}
-_KIND_NAMES = {int: "an integer", str: "a string", list: "a list", dict: "a JSON object"}
+_OPTIONAL = ("title", "paper")
 
 
 class LeaderboardError(ValueError):
@@ -57,57 +53,105 @@ class LeaderboardError(ValueError):
 # -- specs ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Spec:
-    """One versioned evaluation protocol (see the module docstring)."""
+    """One versioned evaluation protocol (``benchmarks/specs/<name>.json``; the keys are its fields).
 
-    data: dict[str, Any]
-    path: str = ""
+    Made from its JSON by ``check_spec`` / ``load_spec``; every field is checked when the
+    spec is made.  ``data`` is the JSON form (what results record and hash).
+    """
 
-    def __getattr__(self, name: str) -> Any:
+    spec_version: int
+    """The spec format (this runner reads 1)."""
+    name: str
+    """The spec's name: ``--envs NAME`` and the first part of its results' file names."""
+    env_id: str
+    """The env, with its version (``gigpo_gym/ALFWorld-v0``)."""
+    env_version: str
+    """The version ``env_id`` ends with (``v0``)."""
+    env_kwargs: dict[str, Any]
+    """``gym.make`` kwargs: which tasks (the split, ...)."""
+    split: str
+    """The split the tasks come from."""
+    seeds: list[int]
+    """Round seeds: round ``s`` plays ``episodes`` tasks, episode ``k`` the task of reset seed ``derive_seed(s, k)``."""
+    episodes: int
+    """Episodes per round (a run may play the first ``n`` of them)."""
+    max_steps: int
+    """Step limit of an episode."""
+    history_length: int
+    """Past steps in the prompt of a policy that has no prompts of its own (a run keeps its own)."""
+    final_info_metrics: list[str]
+    """Info keys whose last value each episode reports (WebShop's ``score``)."""
+    reward: str
+    """What success and return mean here."""
+    title: str | None = None
+    """A longer name for the board."""
+    paper: str | None = None
+    """The paper's rows this spec is comparable with (``benchmarks/leaderboard/paper_results.json``)."""
+    path: str = field(default="", init=False, compare=False, metadata={"json": False})
+    """The file the spec came from ("" when made in code)."""
+
+    def __post_init__(self) -> None:
+        from gigpo_gym.registration import env_spec
+
+        check_fields(self)
+        if self.spec_version != SPEC_VERSION:
+            raise LeaderboardError(f"spec_version {self.spec_version} is not supported (this runner reads {SPEC_VERSION})")
         try:
-            return self.data[name]
-        except KeyError:
-            raise AttributeError(name) from None
+            env_spec(self.env_id)
+        except gym.error.UnregisteredEnv as e:
+            raise LeaderboardError(str(e)) from None
+        if not self.env_id.endswith("-" + self.env_version):
+            raise LeaderboardError(f"env_version {self.env_version!r} does not match env_id {self.env_id!r}")
+        if not self.seeds:
+            raise LeaderboardError("seeds must be a non-empty list of integers, got []")
+        for key in ("episodes", "max_steps"):
+            if getattr(self, key) < 1:
+                raise LeaderboardError(f"{key} must be >= 1, got {getattr(self, key)}")
+        if self.history_length < 0:
+            raise LeaderboardError(f"history_length must be >= 0, got {self.history_length}")
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The spec as its JSON file has it (optional keys only where set)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("json", True)
+                and not (f.name in _OPTIONAL and getattr(self, f.name) is None)}
 
     @property
     def digest(self) -> str:
         return digest(self.data)
 
+    @property
+    def prompt(self) -> PromptConfig:
+        """The prompts of a policy that brings none of its own: the env's, with this spec's history."""
+        return PromptConfig(history_length=self.history_length)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("SPEC_KEYS", "OPTIONAL_SPEC_KEYS"):  # the key tables of before the typed Spec
+        import warnings
+
+        warnings.warn(f"specs.{name} is deprecated: the keys are the fields of Spec (dataclasses.fields(Spec))",
+                      DeprecationWarning, stacklevel=2)
+        import typing
+
+        hints = typing.get_type_hints(Spec)
+        plain = {k: typing.get_origin(h) or h for k, h in hints.items()}
+        keys = {f.name: (typing.get_args(hints[f.name])[0] if f.name in _OPTIONAL else plain[f.name])
+                for f in fields(Spec) if f.init}
+        return keys if name == "SPEC_KEYS" else set(_OPTIONAL)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def check_spec(data: Any, where: str) -> Spec:
-    """Validate a spec mapping; errors name the file, the key and the accepted values."""
-    from gigpo_gym.registration import env_spec
-
+    """The ``Spec`` of a mapping; errors name the file, the key and the accepted values."""
     if not isinstance(data, dict):
         raise LeaderboardError(f"{where}: a spec must be a JSON object, got {type(data).__name__}")
-    for key in data:
-        if key not in SPEC_KEYS:
-            close = difflib.get_close_matches(key, list(SPEC_KEYS), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise LeaderboardError(f"{where}: unknown spec key {key!r}{hint}; keys: {sorted(SPEC_KEYS)}")
-    for key, kind in SPEC_KEYS.items():
-        if key not in data:
-            if key in OPTIONAL_SPEC_KEYS:
-                continue
-            raise LeaderboardError(f"{where}: spec lacks the key {key!r}")
-        value = data[key]
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise LeaderboardError(f"{where}: spec key {key!r} must be {_KIND_NAMES[kind]}, got {value!r}")
-    if data["spec_version"] != SPEC_VERSION:
-        raise LeaderboardError(f"{where}: spec_version {data['spec_version']} is not supported (this runner reads {SPEC_VERSION})")
     try:
-        env_spec(data["env_id"])
-    except gym.error.UnregisteredEnv as e:
+        spec = from_mapping(Spec, data, what="spec key")
+    except FieldError as e:
         raise LeaderboardError(f"{where}: {e}") from None
-    if not data["env_id"].endswith("-" + data["env_version"]):
-        raise LeaderboardError(f"{where}: env_version {data['env_version']!r} does not match env_id {data['env_id']!r}")
-    if not data["seeds"] or not all(isinstance(s, int) and not isinstance(s, bool) for s in data["seeds"]):
-        raise LeaderboardError(f"{where}: seeds must be a non-empty list of integers, got {data['seeds']!r}")
-    for key in ("episodes", "max_steps"):
-        if data[key] < 1:
-            raise LeaderboardError(f"{where}: {key} must be >= 1, got {data[key]}")
-    if data["history_length"] < 0:
-        raise LeaderboardError(f"{where}: history_length must be >= 0, got {data['history_length']}")
-    return Spec(data, where)
+    object.__setattr__(spec, "path", where)
+    return spec
 
 
 def available_specs(specs_dir: str | Path = SPECS_DIR) -> dict[str, Path]:

@@ -1,24 +1,27 @@
-"""The one LLM-policy interface every algorithm trains through.
+"""The one policy interface: what the episode player, the trainer and the leaderboard may use.
 
-A policy turns prompts into generations (``generate``), scores given responses with
-differentiable per-token log-probabilities (``log_probs``), optionally predicts a
-value per prompt (``values``, for critics), and saves/loads itself.  Backends: the
-Hugging Face one (``policies.hf``) and the non-trainable reference policies
-(``policies.reference``).  Importing this module does not import torch.
+``Policy`` is the whole contract of a policy that acts (``generate``, ``needs_context``,
+``concurrent``, ``close``); ``TrainablePolicy`` adds what training needs (scoring with
+differentiable per-token log-probabilities, values for critics, parameters, saving).
+Backends: the Hugging Face one (``policies.hf``), vLLM for generation
+(``policies.vllm``), served models (``policies.chat_api``) and the non-trainable
+reference policies (``policies.reference``).  Importing this module does not import torch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence, get_args, runtime_checkable
 
 from gigpo_gym.core.env import derive_seed
 
 #: Attention kernels a Hugging Face policy loads with (``hf.attention_kernel`` resolves "auto").
-ATTENTION = ("auto", "sdpa", "flash_attention_2", "eager")
+Attention = Literal["auto", "sdpa", "flash_attention_2", "eager"]
+ATTENTION: tuple[str, ...] = get_args(Attention)
 #: What samples a Hugging Face policy's free text: its own decode loop or transformers' continuous batching.
-DECODERS = ("auto", "loop", "continuous")
+Decoder = Literal["auto", "loop", "continuous"]
+DECODERS: tuple[str, ...] = get_args(Decoder)
 
 if TYPE_CHECKING:  # the interface itself needs no torch: reference policies run without it
     import torch
@@ -77,6 +80,16 @@ class Generation:
     options: list[list[int]] | None = None
     option_log_probs: list[float] | None = None
     choice: int = -1
+    #: Why there is no reply (a served model's request that failed for good; a policy exception the leaderboard
+    #: isolated); ``text`` is then "" and the episode ends with ``error_status``.
+    error: str | None = None
+    #: How the episode ends on ``error``: "crashed", or "truncated" (a prompt over a served model's context).
+    error_status: str = "crashed"
+
+    def usage(self) -> dict[str, Any] | None:
+        """What a served model reported for this reply (``prompt_tokens``, ``completion_tokens``,
+        ``system_fingerprint``); None for a policy that reports nothing."""
+        return None
 
 
 @dataclass
@@ -141,16 +154,95 @@ class TokenScores:
 
 @runtime_checkable
 class Policy(Protocol):
-    """What the rollout and the trainer need from a policy."""
+    """A policy that acts: prompts in, one ``Generation`` each out.
 
-    def generate(self, prompts: Sequence[str], sampling: SamplingParams) -> list[Generation]:
-        """One generation per prompt."""
+    The episode player (``training.rollout.collect``) calls it once per step with the
+    prompts of every running episode, in one call; the leaderboard and the trainer use
+    nothing else.  Subclass it to inherit the defaults below, or define every member
+    (``isinstance(x, Policy)`` checks that all are there).
+
+    - ``generate(prompts, sampling, contexts=None) -> list[Generation]``: one generation per
+      prompt, in order.  ``sampling.seed`` (when set) makes the call reproducible.
+      ``contexts`` is passed only when ``needs_context`` is non-empty: one dict per prompt
+      (``training.rollout.step_contexts`` builds it).  A reply that cannot be produced for
+      one prompt (a served request failing for good) is a ``Generation`` with ``error``
+      set, which ends that episode; an exception ends the call, and one whose ``fatal``
+      attribute is true stops a whole leaderboard run (a wrong key, model or address).
+    - ``needs_context``: the context keys ``generate`` reads: ``admissible_actions``,
+      ``expert_action``, ``observation`` (the env's own), ``task`` (the first observation),
+      ``episode`` (the env's index in the round), or any env info key (``instruction``).
+      Empty: the prompt is all it sees.
+    - ``concurrent``: True when every prompt of a step should go in one call however many
+      (a served model, which overlaps its requests); False lets a caller cut a step into
+      batches (the leaderboard's ``--batch-size``).
+    - ``close()``: release what the policy holds (a client, a thread, an engine); a closed
+      policy is not called again.
+    """
+
+    #: Context keys ``generate`` reads (see the class docstring); empty: none.
+    needs_context: tuple[str, ...] = ()
+    #: Every prompt of a step in one call (a served model); False: a caller may batch.
+    concurrent: bool = False
+
+    def generate(self, prompts: Sequence[str], sampling: SamplingParams,
+                 contexts: Sequence[dict[str, Any]] | None = None) -> list[Generation]:
+        """One generation per prompt (see the class docstring)."""
         ...
+
+    def close(self) -> None:
+        """Release what the policy holds; nothing by default."""
+
+
+def as_policy(obj: Any) -> Policy:
+    """``obj`` when it has the whole ``Policy`` contract.
+
+    An object with only ``generate`` (the contract before it was written out) still plays:
+    it gets the defaults of the rest (no context, batched, nothing to close) and a
+    ``DeprecationWarning`` saying to subclass ``Policy``.
+    """
+    if isinstance(obj, Policy):
+        return obj
+    if not callable(getattr(obj, "generate", None)):
+        raise TypeError(f"{type(obj).__name__} is not a policy: it has no generate(prompts, sampling, contexts=None)")
+    import warnings
+
+    missing = [name for name in ("needs_context", "concurrent", "close") if not hasattr(obj, name)]
+    warnings.warn(f"{type(obj).__name__} lacks {', '.join(missing)} of the Policy contract: subclass "
+                  "gigpo_gym.algos.Policy to inherit the defaults", DeprecationWarning, stacklevel=3)
+    return _WithDefaults(obj)
+
+
+class _WithDefaults(Policy):
+    """An object with ``generate`` and perhaps part of the rest, completed with ``Policy``'s defaults."""
+
+    def __init__(self, policy: Any):
+        self.policy = policy
+        self.needs_context = tuple(getattr(policy, "needs_context", ()))
+        self.concurrent = bool(getattr(policy, "concurrent", False))
+
+    def generate(self, prompts, sampling, contexts=None):
+        if contexts is None:
+            return self.policy.generate(prompts, sampling)
+        return self.policy.generate(prompts, sampling, contexts)
+
+    def close(self) -> None:
+        close = getattr(self.policy, "close", None)
+        if close is not None:
+            close()
 
 
 @runtime_checkable
 class TrainablePolicy(Policy, Protocol):
-    """A policy with parameters: scored, optimised, saved and loaded."""
+    """A policy with parameters: scored, optimised, saved and loaded (``HFPolicy``).
+
+    - ``device``: where its tensors live; ``TokenScores`` come back there.
+    - ``log_probs(batch, with_entropy=False)``: differentiable log-probs of each row's
+      response tokens (a ``ChoiceBatch``: of each row's choice among its options).
+    - ``values(batch)``: one differentiable value per row (a policy built with a critic).
+    - ``parameters()``, ``train(mode)``: as ``torch.nn.Module``'s; the trainer optimises the
+      parameters that require gradients.
+    - ``save(path)``: a folder its class's ``load`` reads back.
+    """
 
     device: torch.device
 

@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from gigpo_gym.algos.policies.base import Generation, SamplingParams
+from gigpo_gym.algos.policies.base import Generation, Policy, SamplingParams
 from gigpo_gym.core.env import derive_seed
 
 log = logging.getLogger(__name__)
@@ -69,20 +69,21 @@ class ServedModelError(RuntimeError):
 
 @dataclass
 class ChatGeneration(Generation):
-    """A reply with what the server reported about it (or, with ``error``, why there is none)."""
+    """A reply with what the server reported about it (or, with ``error``, why there is none: ``text`` is
+    then "", and ``error_status`` is "crashed", or "truncated" for a prompt over the context)."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     #: The model id the server answered with, and its ``system_fingerprint``.
     model: str = ""
     system_fingerprint: str | None = None
-    #: Why the request gave no reply (after its retries); ``text`` is then "".
-    error: str | None = None
-    #: How the episode ends on ``error``: "crashed", or "truncated" for a prompt over the context.
-    error_status: str = "crashed"
+
+    def usage(self) -> dict[str, Any]:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "system_fingerprint": self.system_fingerprint}
 
 
-class ChatAPIPolicy:
+class ChatAPIPolicy(Policy):
     """Generation by a served model over ``/v1/chat/completions`` (see the module docstring).
 
     Not trainable: it returns text and token counts, no token ids or log-probs.

@@ -71,7 +71,7 @@ class HFPolicy(nn.Module):
         self.system_prompt = system_prompt
         self.max_prompt_tokens = int(max_prompt_tokens)
         self.response_prefix = response_prefix
-        self.choose_admissible = bool(choose_admissible)
+        self._choose_admissible = bool(choose_admissible)
         if compute_dtype is not None and compute_dtype not in _DTYPES:
             raise ValueError(f"compute_dtype must be one of {sorted(_DTYPES)} or None, got {compute_dtype!r}")
         #: Autocast dtype of forward passes (None: the weights' own); the weights stay as loaded.
@@ -137,9 +137,19 @@ class HFPolicy(nn.Module):
         """
         self.model = _add_lora(self.model, lora).to(self.device)
 
+    def without_adapters(self):
+        """A context in which the model runs without its LoRA adapters: the base model, the KL reference of a
+        LoRA run.  Without adapters it changes nothing."""
+        if not hasattr(self.model, "disable_adapter"):
+            return contextlib.nullcontext()
+        return self.model.disable_adapter()
+
     @classmethod
-    def load(cls, path: str | Path, *, device: str = "auto") -> "HFPolicy":
-        """Load what ``save`` wrote (a full model, or a base reference plus LoRA adapters)."""
+    def load(cls, path: str | Path, *, device: str = "auto", choose_admissible: bool | None = None) -> "HFPolicy":
+        """Load what ``save`` wrote (a full model, or a base reference plus LoRA adapters).
+
+        ``choose_admissible`` overrides the saved setting (None: keep it).
+        """
         path = Path(path)
         meta_file = path / _META_FILE
         if not meta_file.is_file():
@@ -163,7 +173,7 @@ class HFPolicy(nn.Module):
             max_prompt_tokens=meta["max_prompt_tokens"],
             critic=meta["critic"],
             response_prefix=meta.get("response_prefix", ""),
-            choose_admissible=meta.get("choose_admissible", False),
+            choose_admissible=meta.get("choose_admissible", False) if choose_admissible is None else choose_admissible,
             compute_dtype=meta.get("compute_dtype"),
             logits_chunk=meta.get("logits_chunk", 1024),
         )
@@ -219,11 +229,23 @@ class HFPolicy(nn.Module):
         answer = f"<action>{command}</action>"[len(self.response_prefix):]
         return list(self.tokenizer(answer, add_special_tokens=False)["input_ids"]) + [self.tokenizer.eos_token_id]
 
-    # -- generation ------------------------------------------------------------------
+    # -- generation (the Policy contract, policies.base) -------------------------------
+    #: One call may be cut into batches (the leaderboard's ``--batch-size``).
+    concurrent = False
+
+    @property
+    def choose_admissible(self) -> bool:
+        """Whether ``generate`` answers with one of the admissible actions (a constructor option, fixed for the
+        policy's life: the trainer's scoring and the policy's answers must agree)."""
+        return self._choose_admissible
+
     @property
     def needs_context(self) -> tuple[str, ...]:
         """What the rollout must pass to ``generate`` (the admissible actions, to choose among)."""
         return ("admissible_actions",) if self.choose_admissible else ()
+
+    def close(self) -> None:
+        """Nothing to release: the model's memory goes with the policy."""
 
     @torch.no_grad()
     def generate(

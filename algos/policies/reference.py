@@ -7,18 +7,25 @@ in ``contexts``; the prompt text is ignored.  Their generations carry no tokens.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 import numpy as np
 
-from gigpo_gym.algos.policies.base import Generation, SamplingParams
+from gigpo_gym.algos.policies.base import Generation, Policy, SamplingParams
+
+
+#: A reply already in an env's own tags (SearchQA's expert writes ``<search>title</search>``).
+_TAGGED = re.compile(r"<(\w+)>.*</\1>", re.DOTALL)
 
 
 def _as_generation(action: str) -> Generation:
-    return Generation(text=f"<action>{action}</action>", prompt_ids=[], response_ids=[], log_probs=[])
+    """The reply for ``action``: inside ``<action>`` tags, unless it is already a reply in an env's own tags."""
+    text = action if _TAGGED.fullmatch(action) else f"<action>{action}</action>"
+    return Generation(text=text, prompt_ids=[], response_ids=[], log_probs=[])
 
 
-class RandomAdmissiblePolicy:
+class RandomAdmissiblePolicy(Policy):
     """Picks uniformly among the admissible actions (seeded, reproducible)."""
 
     needs_context = ("admissible_actions",)
@@ -39,8 +46,9 @@ class RandomAdmissiblePolicy:
         return out
 
 
-class ExpertPolicy:
-    """Plays the env's own expert (``unwrapped.expert_action()``): the upper-bound baseline."""
+class ExpertPolicy(Policy):
+    """Plays the env's own expert (``unwrapped.expert_action()``): the upper-bound baseline, and the
+    demonstrator of the SFT warm start (``sft.expert_demonstrations``)."""
 
     needs_context = ("expert_action",)
 

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from typing import Any, Sequence
 
-from gigpo_gym.algos.policies.base import Generation, SamplingParams
+from gigpo_gym.algos.policies.base import Generation, Policy, SamplingParams
 from gigpo_gym.core.env import derive_seed
 from gigpo_gym.registration import install_command
 
@@ -50,7 +50,7 @@ def _push(worker: Any, weights: list) -> None:
     worker.model_runner.model.load_weights(weights)
 
 
-class VLLMPolicy:
+class VLLMPolicy(Policy):
     """Generation (free text and admissible choice) by a vLLM engine with the weights of ``policy``.
 
     ``policy`` is the ``HFPolicy`` being trained (or its inference copy): it encodes the

@@ -1,4 +1,8 @@
-"""Atomic, verifiable training checkpoints that survive a kill at any moment.
+"""A training run's folder (``RunFolder``) and its atomic, verifiable checkpoints.
+
+``RunFolder`` owns every file a run writes: the resolved config, the metrics log,
+the checkpoints, the KL reference and selected weights, the summary and the curve.
+The trainer writes through it and the leaderboard reads a run back through it.
 
 A checkpoint is a folder ``iter-000012/`` holding the policy weights
 (``policy.safetensors``), the optimiser state (``optimizer.pt``), the trainer state
@@ -29,7 +33,7 @@ from typing import Any, Callable
 
 import torch
 
-from gigpo_gym.core.data import write_atomically
+from gigpo_gym.core.data import replacing, write_atomically
 
 POLICY_FILE = "policy.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -225,3 +229,220 @@ def load_checkpoint(
     if optimizer is not None:
         optimizer.load_state_dict(torch.load(folder / OPTIMIZER_FILE, map_location="cpu", weights_only=True))
     return state
+
+
+# -- the run folder --------------------------------------------------------------------
+def last_reset(iteration: int, every: int) -> int:
+    """The iteration after which the KL reference was last reset (0: the warm start's; ``every`` 0: never reset)."""
+    return iteration - iteration % every if every else 0
+
+
+class RunFolder:
+    """Every file of one training run, in one folder:
+
+    - ``config.yaml``: the resolved config (``load_config`` reads it back);
+    - ``metrics.jsonl`` and ``tensorboard/``: one record per logged step;
+    - ``checkpoints/``: the checkpoints (see the module docstring);
+    - ``reference.safetensors``: the KL reference of the warm start, and
+      ``reference-NNNNNN.safetensors`` each reset's (``optim.kl_reset_every``);
+    - ``selected.safetensors``: the weights ``select_every`` chose, with their iteration
+      and selection score in the file's metadata;
+    - ``summary.json`` and ``learning_curve.png``: the run's result.
+
+    The trainer writes through it (rank 0 only); the leaderboard finds a run's weights
+    and config through it (``locate``).
+    """
+
+    CONFIG_FILE = "config.yaml"
+    METRICS_FILE = "metrics.jsonl"
+    SUMMARY_FILE = "summary.json"
+    CURVE_FILE = "learning_curve.png"
+    SELECTED_FILE = "selected.safetensors"
+    REFERENCE_FILE = "reference.safetensors"
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.checkpoints = self.path / "checkpoints"
+        self._writer = None
+
+    # -- config, metrics, summary --------------------------------------------------
+    def write_config(self, config: Any) -> None:
+        from gigpo_gym.algos.training.config import save_config
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        save_config(config, self.path / self.CONFIG_FILE)
+
+    def config(self, overrides: list[str] | tuple[str, ...] = ()) -> Any:
+        """The run's ``TrainConfig`` as it was trained (``overrides``: ``key=value``, e.g. the device)."""
+        from gigpo_gym.algos.training.config import load_config
+
+        path = self.path / self.CONFIG_FILE
+        if not path.is_file():
+            raise CheckpointError(f"the run's {path} is missing, so the model cannot be rebuilt")
+        return load_config(path, list(overrides))
+
+    def log(self, record: dict[str, Any], step: int | None = None) -> None:
+        """Append ``record`` to ``metrics.jsonl`` and its numbers to TensorBoard at ``step`` (default: its iteration)."""
+        from gigpo_gym.algos.training.metrics import append_jsonl
+
+        append_jsonl(self.path / self.METRICS_FILE, record)
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.path / "tensorboard"))
+        step = int(record["iteration"]) if step is None else step
+        for k, v in record.items():
+            if k != "iteration" and isinstance(v, (int, float)):
+                self._writer.add_scalar(k, v, step)
+        self._writer.flush()
+
+    def keep_iterations(self, last: int) -> None:
+        """Drop the logged records after iteration ``last`` (-1: all; a resumed run logs them again)."""
+        from gigpo_gym.algos.training.metrics import keep_iterations
+
+        keep_iterations(self.path / self.METRICS_FILE, last)
+
+    def metrics(self) -> list[dict[str, Any]]:
+        from gigpo_gym.algos.training.metrics import read_jsonl
+
+        return read_jsonl(self.path / self.METRICS_FILE)
+
+    def plot_curve(self, title: str) -> Path | None:
+        from gigpo_gym.algos.training.metrics import plot_curve
+
+        return plot_curve(self.metrics(), self.path / self.CURVE_FILE, title=title)
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        write_atomically(self.path / self.SUMMARY_FILE, json.dumps(summary, indent=2, sort_keys=True))
+
+    def summary(self) -> dict[str, Any] | None:
+        """The summary a finished (or earlier) session wrote; None when there is none or it is damaged."""
+        path = self.path / self.SUMMARY_FILE
+        try:
+            return json.loads(path.read_text()) if path.is_file() else None
+        except json.JSONDecodeError:
+            return None
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    # -- checkpoints ---------------------------------------------------------------
+    def save_checkpoint(self, iteration: int, policy: torch.nn.Module, optimizer: Any, state: dict[str, Any],
+                        keep: int = 2) -> Path:
+        return save_checkpoint(self.checkpoints, iteration, policy, optimizer, state, keep=keep)
+
+    def resumable(self, echo: Callable[[str], Any] = print) -> Path:
+        """The checkpoint a resume starts from (``find_resumable``)."""
+        return find_resumable(self.checkpoints, echo)
+
+    def final_checkpoint(self) -> Path | None:
+        """The checkpoint the ``latest`` pointer names, None before the first."""
+        return latest_checkpoint(self.checkpoints) if (self.checkpoints / LATEST_FILE).is_file() else None
+
+    # -- the KL reference ----------------------------------------------------------
+    def reference_file(self, iteration: int) -> Path:
+        """The KL reference in force after ``iteration``: the warm start's file (0), or that reset's.
+
+        Each reset (``optim.kl_reset_every``) writes its own file, so a run resumed from an
+        earlier checkpoint finds the reference it had then.
+        """
+        return self.path / (self.REFERENCE_FILE if iteration == 0 else f"reference-{iteration:06d}.safetensors")
+
+    def save_reference(self, reference: torch.nn.Module, iteration: int = 0) -> None:
+        from safetensors.torch import save_model
+
+        with replacing(self.reference_file(iteration)) as tmp:
+            save_model(reference, str(tmp))
+
+    def load_reference(self, reference: torch.nn.Module, iteration: int, every: int) -> None:
+        """Load the reference in force after ``iteration`` (reset every ``every`` iterations) into ``reference``."""
+        from safetensors.torch import load_model
+
+        path = self.reference_file(last_reset(iteration, every))
+        if not path.is_file():
+            raise CheckpointError(
+                f"{path} is missing: the KL reference of this run cannot be restored (this config "
+                f"{f'resets it every {every} iterations' if every else 'never resets it'}: optim.kl_reset_every "
+                f"{every}; was the run trained with another value?)")
+        try:
+            load_model(reference, str(path))
+        except Exception as e:
+            raise CheckpointError(f"cannot read {path}: {e}") from e
+
+    def prune_references(self, every: int) -> None:
+        """Delete the reset references no kept checkpoint resumes with (the warm start's file stays)."""
+        kept = list_checkpoints(self.checkpoints)
+        if not kept:
+            return
+        needed = last_reset(checkpoint_iteration(kept[0]), every)
+        for iteration in range(every, needed, every or 1):
+            self.reference_file(iteration).unlink(missing_ok=True)
+
+    # -- the selected weights ------------------------------------------------------
+    @property
+    def selected_file(self) -> Path:
+        return self.path / self.SELECTED_FILE
+
+    def save_selected(self, module: torch.nn.Module, iteration: int, success: float, **extra: str) -> dict[str, Any]:
+        """Keep ``module``'s weights as the run's choice, recording ``iteration``, ``success`` and any ``extra`` metadata."""
+        from safetensors.torch import save_model
+
+        with replacing(self.selected_file) as tmp:
+            save_model(module, str(tmp), metadata={"iteration": str(iteration), "success": repr(success), **extra})
+        return {"iteration": iteration, "success": success}
+
+    def selected(self, before: int | None = None) -> dict[str, Any] | None:
+        """The choice so far: its iteration and selection success (None: none, or one from after ``before``,
+        an iteration a resumed run trains again)."""
+        chosen = read_selected(self.selected_file) if self.selected_file.is_file() else None
+        return chosen if chosen is not None and (before is None or chosen["iteration"] <= before) else None
+
+    def load_selected(self, module: torch.nn.Module) -> None:
+        from safetensors.torch import load_model
+
+        load_model(module, str(self.selected_file))
+
+    # -- finding a run's weights (the leaderboard) -----------------------------------
+    @classmethod
+    def locate(cls, path: str | Path) -> tuple["RunFolder", Path] | None:
+        """(run folder, weights) when ``path`` is a run folder, its ``checkpoints``, one checkpoint, or its
+        ``selected.safetensors``; None when it is none of them.  A run folder's weights are its latest checkpoint."""
+        path = Path(path)
+        if path.is_file() and path.name == cls.SELECTED_FILE:
+            return cls(path.parent), path
+        if (path / MANIFEST_FILE).is_file() or (path / POLICY_FILE).is_file():
+            return cls(path.parent.parent), path
+        if (path / LATEST_FILE).is_file():
+            return cls(path.parent), latest_checkpoint(path)
+        if (path / "checkpoints").is_dir():
+            if not (path / "checkpoints" / LATEST_FILE).is_file():
+                raise CheckpointError(f"run folder {path} has no complete checkpoint ({path / 'checkpoints' / LATEST_FILE} "
+                                      "is missing)")
+            return cls(path), latest_checkpoint(path / "checkpoints")
+        return None
+
+    def load_weights(self, weights: Path, policy: torch.nn.Module) -> dict[str, Any]:
+        """Load ``weights`` (a checkpoint folder or ``selected.safetensors``) into ``policy``; returns the trainer
+        state (iteration, config digest; a selected file records its iteration only)."""
+        from safetensors.torch import load_model
+
+        if not weights.is_file():
+            return load_checkpoint(weights, policy)
+        try:
+            load_model(policy, str(weights))
+        except Exception as e:  # safetensors raises several types on damaged or mismatched files
+            raise CheckpointError(f"cannot load {weights} into the run's model: {e}") from e
+        return {"iteration": (read_selected(weights) or {"iteration": 0})["iteration"]}
+
+
+def read_selected(path: str | Path) -> dict[str, Any] | None:
+    """The iteration and selection success a ``selected.safetensors`` records (None: it records none)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata() or {}
+    if "iteration" not in meta:
+        return None
+    return {"iteration": int(meta["iteration"]), "success": float(meta["success"])}

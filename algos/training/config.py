@@ -1,26 +1,35 @@
-"""Trainer configuration: dataclasses, loadable from YAML, checked once.
+"""Trainer configuration: one dataclass per section, each checking itself, loadable from YAML.
 
 Help for every field is the string under it.  ``load_config`` reads a YAML file (and
-``section.key=value`` overrides); an unknown key is an error naming the key and its
-closest match; cross-field rules are checked in ``__post_init__``.
+``section.key=value`` overrides) through ``gigpo_gym.core.typed.from_mapping``: an
+unknown key is an error naming the key and its closest match.  Every section checks its
+own fields when it is made (types through ``core.typed.check_fields``, then its rules,
+each error naming the key and what it must be), ``TrainConfig`` the rules across
+sections.  The sections are what the trainer uses: ``prompt`` is the prompt stack's own
+``PromptConfig``, and the others build their runtime objects in one place each
+(``ModelConfig.policy_kwargs``, ``EnvConfig.shaping``, ``SamplingConfig.params``,
+``AlgoConfig.build``, ``OptimConfig.loss_weights``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
-import types
-import typing
+import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
-from gigpo_gym.algos.policies.base import ATTENTION, DECODERS
+from gigpo_gym.algos.policies.base import Attention, Decoder, SamplingParams
+from gigpo_gym.core.typed import FieldError, check_fields, from_mapping
+from gigpo_gym.algos.training.rollout import RewardShaping
+from gigpo_gym.wrappers.stack import PromptConfig, llm_stack
 
-
-DTYPES = ("float32", "bfloat16", "float16")
-LR_SCHEDULES = ("constant", "linear", "cosine")
+Dtype = Literal["float32", "bfloat16", "float16"]
+DTYPES: tuple[str, ...] = get_args(Dtype)
+LRSchedule = Literal["constant", "linear", "cosine"]
+LR_SCHEDULES: tuple[str, ...] = get_args(LRSchedule)
 
 
 class ConfigError(ValueError):
@@ -44,8 +53,18 @@ def scheduled_lr(lr: float, schedule: str, step: int, steps: int, warmup: int = 
     return lr * 0.5 * (1.0 + math.cos(math.pi * done))
 
 
+def _at_least(section: Any, *names_lows: tuple[str, float]) -> None:
+    """Each named field of ``section`` must be >= its bound (the error names the field and the bound)."""
+    for name, low in names_lows:
+        value = getattr(section, name)
+        if value < low:
+            raise ConfigError(f"{name} must be >= {low}, got {value}")
+
+
 @dataclass
 class TinyModelConfig:
+    """Shape of the tiny model (``model.tiny``)."""
+
     vocab_size: int = 8192
     """Upper bound of the tiny tokenizer's BPE vocabulary (it saturates below it on small corpora)."""
     hidden_size: int = 128
@@ -56,35 +75,49 @@ class TinyModelConfig:
     """Decoder layers of the tiny model."""
     corpus_episodes: int = 300
     """Expert episodes whose prompts and actions train the tiny tokenizer (more: more whole-command tokens)."""
-    pieces: str = "phrases"
+    pieces: Literal["phrases", "words"] = "phrases"
     """Tokenizer pieces: 'phrases' (BPE across spaces: short prompts) or 'words' (names shared across texts)."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        _at_least(self, ("vocab_size", 1), ("hidden_size", 1), ("intermediate_size", 1), ("num_layers", 1),
+                  ("corpus_episodes", 1))
 
 
 @dataclass
 class VLLMConfig:
+    """The colocated vLLM engine (``model.vllm``)."""
+
     gpu_memory_utilization: float = 0.3
     """Share of the GPU's memory the colocated vLLM engine may take (weights + KV cache); training keeps the rest."""
     max_model_len: int | None = None
     """Longest prompt + response the engine serves (None: the model's own limit)."""
 
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if not 0 < self.gpu_memory_utilization < 1:
+            raise ConfigError(f"gpu_memory_utilization must be in (0, 1), got {self.gpu_memory_utilization}")
+
 
 @dataclass
 class ModelConfig:
+    """The policy: which model, on what, in which precision, and how it answers (``model``)."""
+
     name: str = "tiny"
     """'tiny' (built from the env's own text), 'smollm2' (offline SmolLM2-135M-Instruct), or a path / hub id."""
     device: str = "auto"
     """'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:1', ..."""
-    dtype: str = "float32"
+    dtype: Dtype = "float32"
     """Weights' dtype: float32 (the master weights to train), bfloat16 or float16 (inference-sized runs only)."""
-    compute_dtype: str | None = None
+    compute_dtype: Dtype | None = None
     """Autocast dtype of forward passes (bfloat16 on GPUs: fast, while float32 weights keep small updates); None: the weights' dtype."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer in the backward pass instead of storing its activations (long prompts, big models)."""
     logits_chunk: int = 1024
     """Response positions whose vocabulary logits are built at once when scoring (bounds memory at 152k vocabularies)."""
-    attention: str = "auto"
+    attention: Attention = "auto"
     """Attention kernel: 'auto' (FlashAttention-2 where flash_attn imports on a GPU with 16-bit compute, else PyTorch's SDPA), 'sdpa', 'flash_attention_2' or 'eager'."""
-    decoder: str = "auto"
+    decoder: Decoder = "auto"
     """What samples free text with model.generation 'hf': 'loop' (the package's decode loop), 'continuous' (transformers' continuous batching) or 'auto' (the faster on the device, docs/gpu.md)."""
     tf32: bool = True
     """On CUDA, run any float32 matmul on TF32 tensor cores (no effect on a CPU)."""
@@ -102,14 +135,30 @@ class ModelConfig:
     """Answer with one of the admissible actions, drawn from the model's likelihoods of each (constrained decoding)."""
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     """Shape of the tiny model (name='tiny' only)."""
-    generation: str = "hf"
+    generation: Literal["hf", "vllm"] = "hf"
     """What generates rollouts: 'hf' (the trained module) or 'vllm' (a colocated vLLM engine given the weights after each update; CUDA and the [vllm] extra)."""
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     """Settings of the vLLM engine (generation='vllm' only)."""
 
+    def __post_init__(self) -> None:
+        check_fields(self)
+        _at_least(self, ("logits_chunk", 1), ("max_prompt_tokens", 1))
+
+    def policy_kwargs(self, device: str | None = None) -> dict[str, Any]:
+        """``HFPolicy.from_pretrained``'s settings from this section (``device`` in place of ``model.device``)."""
+        return dict(
+            device=device or self.device, dtype=self.dtype, compute_dtype=self.compute_dtype,
+            gradient_checkpointing=self.gradient_checkpointing, logits_chunk=self.logits_chunk, lora=self.lora,
+            attention=self.attention, decoder=self.decoder, use_chat_template=self.use_chat_template,
+            system_prompt=self.system_prompt, max_prompt_tokens=self.max_prompt_tokens,
+            response_prefix=self.response_prefix, choose_admissible=self.choose_admissible,
+        )
+
 
 @dataclass
 class EnvConfig:
+    """The envs: which, with which kwargs, how many, and how their feedback becomes the reward (``env``)."""
+
     id: str = "gigpo_gym/ALFWorld-v0"
     """Env id (gymnasium registry)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -126,23 +175,13 @@ class EnvConfig:
     """Overrides of ``kwargs`` for the envs that choose the run's result (``select_every``; e.g. {split: valid_unseen})."""
     select_episodes: int = 128
     """Episodes per selection evaluation (``select_every``)."""
-    history_length: int = 2
-    """Past steps shown in each prompt (the paper uses 2)."""
-    anchor_mode: str = "state"
+    anchor_mode: Literal["state", "observation"] = "state"
     """What GiGPO groups on: 'state' (true state) or 'observation' (the paper's raw text)."""
-    backend: str = "sync"
-    """Vector env backend: 'sync' or 'async'."""
-    prompt_intro: str | None = None
-    """First line of every prompt (None: the env's own)."""
-    action_format: str | None = None
-    """Last line of every prompt, the answer format (None: the env's own)."""
-    task_key: str | None = None
-    """Info key shown as the task on every step (ALFWorld: 'goal', as the paper's prompt); None: the first observation."""
-    list_actions: bool = True
-    """List the admissible actions in every prompt (False: leave them out, for models.choose_admissible policies)."""
+    backend: Literal["sync", "async", "ray"] = "sync"
+    """Vector env backend: 'sync', 'async' (worker processes) or 'ray'."""
     reward_scale: float = 10.0
     """Reward of a won episode (paper: 10)."""
-    reward_source: str = "won"
+    reward_source: Literal["won", "env"] = "won"
     """'won' (scale x success) or 'env' (scale x the env's reward)."""
     invalid_action_penalty: float = 0.1
     """Subtracted per invalid step (paper: 0.1 ALFWorld/WebShop, 0.01 search)."""
@@ -150,9 +189,20 @@ class EnvConfig:
     """Subtracted per step that returns the episode to a state (anchor) it had already been in (0: off;
     training only, a shaping the paper does not use)."""
 
+    def __post_init__(self) -> None:
+        check_fields(self)
+        _at_least(self, ("num_groups", 1), ("group_size", 1), ("eval_episodes", 0), ("select_episodes", 1),
+                  ("invalid_action_penalty", 0), ("revisit_penalty", 0))
+
+    def shaping(self) -> RewardShaping:
+        """How env feedback becomes a step's training reward (``rollout.RewardShaping``)."""
+        return RewardShaping(self.reward_scale, self.reward_source, self.invalid_action_penalty, self.revisit_penalty)
+
 
 @dataclass
 class SamplingConfig:
+    """How the policy samples in rollouts and in evaluations (``sampling``)."""
+
     temperature: float = 1.0
     """Rollout temperature."""
     top_p: float = 1.0
@@ -164,20 +214,53 @@ class SamplingConfig:
     stop: list[str] = field(default_factory=lambda: ["</action>"])
     """A response ends once it contains one of these."""
 
+    def __post_init__(self) -> None:
+        check_fields(self)
+        _at_least(self, ("max_new_tokens", 1), ("temperature", 0), ("eval_temperature", 0))
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    def params(self, evaluation: bool = False, seed: int | None = None) -> SamplingParams:
+        """The ``SamplingParams`` of a rollout, or of an evaluation (at ``eval_temperature``, the whole distribution)."""
+        return SamplingParams(max_new_tokens=self.max_new_tokens,
+                              temperature=self.eval_temperature if evaluation else self.temperature,
+                              top_p=1.0 if evaluation else self.top_p, stop=tuple(self.stop), seed=seed)
+
 
 @dataclass
 class AlgoConfig:
+    """The advantage estimator (``algo``): checked against the registry when the section is made."""
+
     name: str = "gigpo"
     """Advantage estimator (registry name: gigpo, grpo, ppo, rloo, reinforce_pp, dapo, ...)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Estimator settings (e.g. omega, gamma, norm_by_std)."""
 
+    def __post_init__(self) -> None:
+        check_fields(self)
+        self.build()
+
+    def build(self):
+        """The configured ``Algorithm`` (an unknown name or setting names the key: algo.name, algo.kwargs)."""
+        from gigpo_gym.algos.estimators.registry import algorithm_class
+
+        try:
+            cls = algorithm_class(self.name)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"name: {e}") from None
+        try:
+            return cls.from_config(**self.kwargs)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"kwargs: {e}") from None
+
 
 @dataclass
 class OptimConfig:
+    """The update: learning rate, batches, clipping, KL and entropy terms (``optim``)."""
+
     lr: float = 1e-6
     """AdamW learning rate (the peak, under a schedule)."""
-    lr_schedule: str = "constant"
+    lr_schedule: LRSchedule = "constant"
     """Learning rate over the run's iterations: "constant", or after any warm-up "linear" or "cosine" decay towards 0."""
     warmup_iterations: int = 0
     """Iterations over which the learning rate rises linearly to ``lr`` first."""
@@ -208,20 +291,41 @@ class OptimConfig:
     skip_zero_advantage: bool = False
     """Leave rows whose advantage is 0 (every group where all episodes scored alike) out of the update and of the
     reference pass: their policy-gradient term is 0, so they would only add KL and entropy terms at full cost."""
-    loss_over: str = "tokens"
+    loss_over: Literal["tokens", "choices"] = "tokens"
     """What the ratio, KL and entropy are over: "tokens" (each response token) or "choices" (the policy's
     distribution over the admissible actions it draws from; needs model.choose_admissible)."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        _at_least(self, ("epochs", 1), ("micro_batch_size", 1), ("warmup_iterations", 0), ("kl_reset_every", 0))
+        if self.mini_batch_size < self.micro_batch_size:
+            raise ConfigError(f"mini_batch_size ({self.mini_batch_size}) must be >= micro_batch_size "
+                              f"({self.micro_batch_size}): a mini-batch is made of whole micro-batches")
+        if self.kl_max is not None and not self.kl_max > 0:
+            raise ConfigError(f"kl_max must be > 0 or null, got {self.kl_max}")
+
+    def loss_weights(self, algo: Any):
+        """The loss's ``LossWeights``: these settings, with ``algo``'s own clip range where none is set."""
+        from gigpo_gym.algos.training.loss import LossWeights
+
+        return LossWeights(
+            clip_low=self.clip_low if self.clip_low is not None else algo.clip_low,
+            clip_high=self.clip_high if self.clip_high is not None else algo.clip_high,
+            kl_coef=self.kl_coef, entropy_coef=self.entropy_coef, value_coef=self.value_coef, kl_max=self.kl_max,
+        )
 
 
 @dataclass
 class SFTConfig:
+    """The supervised warm start on the env expert's demonstrations (``sft``)."""
+
     steps: int = 0
     """Supervised warm-start steps on expert demonstrations before RL (0: none)."""
     episodes: int = 40
     """Expert episodes collected for the warm start."""
     lr: float = 1e-3
     """Warm-start learning rate (the peak, under a schedule)."""
-    lr_schedule: str = "constant"
+    lr_schedule: LRSchedule = "constant"
     """Learning rate over the warm-start steps: "constant", "linear" or "cosine" decay towards 0."""
     batch_size: int = 16
     """Demonstration steps per warm-start update."""
@@ -230,11 +334,20 @@ class SFTConfig:
     oversample: dict[str, int] = field(default_factory=dict)
     """Command verb -> copies of each demo step whose command starts with it (e.g. {take: 4}: rare decisive steps)."""
 
+    def __post_init__(self) -> None:
+        check_fields(self)
+        _at_least(self, ("steps", 0), ("episodes", 1), ("batch_size", 1))
+
 
 @dataclass
 class TrainConfig:
+    """A whole training run: its sections, and the rules across them."""
+
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    """What the policy sees of each env step (``gigpo_gym.wrappers.PromptConfig``): the same in training,
+    evaluation, the SFT transcripts and on the leaderboard."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -264,60 +377,25 @@ class TrainConfig:
     """Multi-process runs: seconds a process waits for the others (rank 0 evaluates alone meanwhile) before the run fails."""
 
     def __post_init__(self) -> None:
-        o, e = self.optim, self.env
-        for name, value, low in (
-            ("iterations", self.iterations, 0), ("env.num_groups", e.num_groups, 1),
-            ("env.group_size", e.group_size, 1), ("env.eval_episodes", e.eval_episodes, 0),
-            ("optim.epochs", o.epochs, 1), ("optim.micro_batch_size", o.micro_batch_size, 1),
-            ("keep_checkpoints", self.keep_checkpoints, 1), ("save_every", self.save_every, 1),
-            ("sft.steps", self.sft.steps, 0), ("sft.batch_size", self.sft.batch_size, 1),
-            ("select_every", self.select_every, 0), ("env.select_episodes", e.select_episodes, 1),
-            ("env.invalid_action_penalty", e.invalid_action_penalty, 0), ("env.revisit_penalty", e.revisit_penalty, 0),
-        ):
-            if value < low:
-                raise ConfigError(f"{name} must be >= {low}, got {value}")
-        if o.mini_batch_size < o.micro_batch_size:
-            raise ConfigError(
-                f"optim.mini_batch_size ({o.mini_batch_size}) must be >= optim.micro_batch_size ({o.micro_batch_size})"
-            )
-        for name, value in (("model.dtype", self.model.dtype), ("model.compute_dtype", self.model.compute_dtype)):
-            if value is not None and value not in DTYPES:
-                close = difflib.get_close_matches(str(value), DTYPES, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ConfigError(f"{name} must be one of {list(DTYPES)}, got {value!r}{hint}")
-        if self.model.attention not in ATTENTION:
-            raise ConfigError(f"model.attention must be one of {', '.join(ATTENTION)}, got {self.model.attention!r}")
-        if self.model.decoder not in DECODERS:
-            raise ConfigError(f"model.decoder must be one of {', '.join(DECODERS)}, got {self.model.decoder!r}")
-        if self.model.logits_chunk < 1:
-            raise ConfigError(f"model.logits_chunk must be >= 1, got {self.model.logits_chunk}")
-        if e.anchor_mode not in ("state", "observation"):
-            raise ConfigError(f"env.anchor_mode must be 'state' or 'observation', got {e.anchor_mode!r}")
-        if self.model.generation not in ("hf", "vllm"):
-            close = difflib.get_close_matches(str(self.model.generation), ("hf", "vllm"), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"model.generation must be 'hf' or 'vllm', got {self.model.generation!r}{hint}")
-        if not 0 < self.model.vllm.gpu_memory_utilization < 1:
-            raise ConfigError(f"model.vllm.gpu_memory_utilization must be in (0, 1), got {self.model.vllm.gpu_memory_utilization}")
-        if self.collective_timeout_s <= 0:
+        check_fields(self)
+        _at_least(self, ("iterations", 0), ("keep_checkpoints", 1), ("save_every", 1), ("select_every", 0),
+                  ("eval_every", 0))
+        if not self.collective_timeout_s > 0:
             raise ConfigError(f"collective_timeout_s must be > 0, got {self.collective_timeout_s}")
-        if e.reward_source not in ("won", "env"):
-            raise ConfigError(f"env.reward_source must be 'won' or 'env', got {e.reward_source!r}")
-        if o.lr_schedule not in LR_SCHEDULES:
-            raise ConfigError(f"optim.lr_schedule must be one of {list(LR_SCHEDULES)}, got {o.lr_schedule!r}")
-        if self.sft.lr_schedule not in LR_SCHEDULES:
-            raise ConfigError(f"sft.lr_schedule must be one of {list(LR_SCHEDULES)}, got {self.sft.lr_schedule!r}")
-        if o.warmup_iterations < 0:
-            raise ConfigError(f"optim.warmup_iterations must be >= 0, got {o.warmup_iterations}")
-        if o.kl_max is not None and not o.kl_max > 0:
-            raise ConfigError(f"optim.kl_max must be > 0 or null, got {o.kl_max}")
-        if o.kl_reset_every < 0:
-            raise ConfigError(f"optim.kl_reset_every must be >= 0, got {o.kl_reset_every}")
+        e, o = self.env, self.optim
+        if "observation_mode" in e.kwargs:  # how the policy sees the env belongs to its prompt
+            if self.prompt.observation_mode not in (None, e.kwargs["observation_mode"]):
+                raise ConfigError(f"env.kwargs.observation_mode ({e.kwargs['observation_mode']!r}) and "
+                                  f"prompt.observation_mode ({self.prompt.observation_mode!r}) differ: keep "
+                                  "prompt.observation_mode only")
+            if self.prompt.observation_mode is None:  # kept in env.kwargs too, for code that makes envs from it
+                warnings.warn("env.kwargs.observation_mode is deprecated: use prompt.observation_mode (a leaderboard "
+                              "run of this run's folder renders pages as it trained either way)", DeprecationWarning,
+                              stacklevel=3)
+                self.prompt = dataclasses.replace(self.prompt, observation_mode=e.kwargs["observation_mode"])
         if o.kl_reset_every and (not o.kl_coef or self.model.lora is not None):
             raise ConfigError("optim.kl_reset_every needs a frozen reference model: optim.kl_coef > 0 and no model.lora")
-        if o.loss_over not in ("tokens", "choices"):
-            raise ConfigError(f"optim.loss_over must be 'tokens' or 'choices', got {o.loss_over!r}")
-        if self.select_every and e.eval_episodes and {**e.kwargs, **e.select_kwargs} == {**e.kwargs, **e.eval_kwargs}:
+        if self.select_every and e.eval_episodes and self.env_kwargs("select") == self.env_kwargs("eval"):
             raise ConfigError("select_every chooses the run's result on the held-out envs themselves, so their success "
                               "would be measured on the tasks it was chosen on: set env.select_kwargs to another split "
                               "(e.g. {split: valid_unseen})")
@@ -325,82 +403,84 @@ class TrainConfig:
             raise ConfigError("optim.loss_over: choices trains the choice among admissible actions; "
                               "it needs model.choose_admissible: true")
 
+    def env_kwargs(self, role: Literal["train", "eval", "select"] = "train") -> dict[str, Any]:
+        """``gym.make`` kwargs of the run's training, held-out or selection envs (the prompt's observation mode too)."""
+        e = self.env
+        overrides = {"train": {}, "eval": e.eval_kwargs, "select": e.select_kwargs}[role]
+        return {**e.kwargs, **overrides, **self.prompt.env_kwargs()}
+
+    def wrapper(self):
+        """The prompt stack every env of the run wears (picklable, for ``make_grouped(wrappers=...)``)."""
+        return llm_stack(self.prompt, self.env.anchor_mode)
+
+    def make_envs(self, role: Literal["train", "eval", "select"] = "train", num_groups: int | None = None,
+                  group_offset: int = 0):
+        """The run's grouped envs: training (``num_groups`` of ``env.group_size``, from ``group_offset``: one
+        process's share) or held-out / selection (one episode per task), all through the run's prompt stack."""
+        import gigpo_gym
+
+        e = self.env
+        if role == "train":
+            groups, size = (e.num_groups if num_groups is None else num_groups), e.group_size
+        else:
+            groups, size = (e.eval_episodes if role == "eval" else e.select_episodes), 1
+        return gigpo_gym.make_grouped(e.id, groups, size, backend=e.backend, seed=self.seed,
+                                      env_kwargs=self.env_kwargs(role), wrappers=(self.wrapper(),),
+                                      group_offset=group_offset)
 
 # -- loading ----------------------------------------------------------------------------
-def _check_value(value: Any, hint: Any, where: str) -> Any:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(hint)
-        if value is None and type(None) in options:
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _check_value(value, option, where)
-            except ConfigError as e:
-                errors.append(str(e))
-        raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
-    if dataclasses.is_dataclass(hint):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where} must be a mapping, got {value!r}")
-        return _from_dict(hint, value, where + ".")
-    if hint is Any:
-        return value
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where} must be an integer, got {value!r}")
-        return value
-    if hint is float:
-        try:
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where} must be a number, got {value!r}") from None
-    if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where} must be a string, got {value!r}")
-        return value
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where} must be a mapping, got {value!r}")
-        return dict(value)
-    if origin is list:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where} must be a list, got {value!r}")
-        return list(value)
-    return value
+#: Keys of the env section that moved to the prompt section (old name -> PromptConfig field).
+MOVED_TO_PROMPT = {"history_length": "history_length", "prompt_intro": "intro", "action_format": "action_format",
+                   "task_key": "task_key", "list_actions": "list_actions"}
 
 
-def _from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    for key in data:
-        if key not in names:
-            close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
-            raise ConfigError(f"unknown config key '{prefix}{key}'{hint}; {prefix or 'top level'} keys: {names}")
-    kwargs = {k: _check_value(v, hints[k], prefix + k) for k, v in data.items()}
-    return cls(**kwargs)
+def _yaml_loader():
+    """PyYAML's safe loader that also reads ``1e-5`` as a number (YAML 1.1 wants ``1.0e-5``)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+                                 list("-+0123456789."))
+    return Loader
+
+
+def _parse_yaml(text: str) -> Any:
+    import yaml
+
+    return yaml.load(text, Loader=_yaml_loader())  # noqa: S506  (a SafeLoader subclass)
+
+
+def _moved_keys(data: dict[str, Any]) -> None:
+    """Move the env section's old prompt keys into the prompt section, in place (with a DeprecationWarning each)."""
+    env = data.get("env")
+    if not isinstance(env, dict):
+        return
+    for old, new in MOVED_TO_PROMPT.items():
+        if old not in env:
+            continue
+        prompt = data.setdefault("prompt", {})
+        if not isinstance(prompt, dict) or new in prompt:
+            raise ConfigError(f"env.{old} and prompt.{new} are both set: keep prompt.{new} only")
+        warnings.warn(f"env.{old} is deprecated: use prompt.{new}", DeprecationWarning, stacklevel=4)
+        prompt[new] = env.pop(old)
 
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:
-    """A ``TrainConfig`` from nested mappings (unknown keys are errors)."""
+    """A ``TrainConfig`` from nested mappings (unknown keys are errors; old keys are moved, with a warning)."""
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a mapping, got {type(data).__name__}")
-    return _from_dict(TrainConfig, data)
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    _moved_keys(data)
+    try:
+        return from_mapping(TrainConfig, data, what="config key")
+    except FieldError as e:
+        raise ConfigError(str(e)) from None
 
 
 def apply_override(data: dict[str, Any], assignment: str) -> None:
     """Apply ``section.key=value`` (value parsed as YAML) to nested mappings in place."""
-    import yaml
-
     if "=" not in assignment:
         raise ConfigError(f"override {assignment!r} must look like section.key=value")
     path, raw = assignment.split("=", 1)
@@ -410,7 +490,7 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
         node = node.setdefault(key, {})
         if not isinstance(node, dict):
             raise ConfigError(f"override {assignment!r}: {key!r} is not a section")
-    node[keys[-1]] = yaml.safe_load(raw)
+    node[keys[-1]] = _parse_yaml(raw)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
@@ -423,7 +503,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist")
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = _parse_yaml(path.read_text()) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{path}: not valid YAML: {e}") from e
     for assignment in overrides:

@@ -1,8 +1,9 @@
-"""Training diagnostics: rollout statistics, the metrics log, the learning curve."""
+"""Training diagnostics: rollout statistics, the metrics log, the learning curve, the printed evaluations."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import Counter
 from pathlib import Path
@@ -147,3 +148,35 @@ def plot_curve(records: list[dict[str, Any]], path: Path, title: str = "") -> Pa
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def success_sem(rate: float, episodes: float) -> float:
+    """Standard error of a success rate measured on ``episodes`` independent episodes."""
+    return math.sqrt(rate * (1.0 - rate) / episodes) if episodes > 0 else 0.0
+
+
+def format_success(title: str, m: dict[str, float], prefix: str = "eval") -> str:
+    """One line: overall success with its standard error and episode count, then per task type."""
+    per_type = {k.split("/")[-1]: v for k, v in m.items() if k.startswith(f"{prefix}/success/")}
+    cells = "  ".join(f"{k} {100 * v:5.1f}" for k, v in sorted(per_type.items()))
+    invalid = 100 * m.get(f"{prefix}/invalid_action_rate", 0.0)
+    rate, n = m.get(f"{prefix}/success", 0.0), m.get(f"{prefix}/episodes", 0.0)
+    overall = f"{100 * rate:5.1f} +- {100 * success_sem(rate, n):4.1f} (n={n:.0f})"
+    line = f"{title:<22} success % all {overall}  {cells}  | invalid actions {invalid:5.1f}%"
+    if f"{prefix}/truncated" in m:  # where the losses go: out of steps, or ended by the env
+        line += f"  | out of steps {100 * m[f'{prefix}/truncated']:5.1f}%"
+    return line
+
+
+def format_gain(before: dict[str, float], after: dict[str, float], prefix: str = "eval") -> str:
+    """The RL phase's change in held-out success, overall with its standard error and per task type.
+
+    The error treats the two evaluations as independent; they replay the same tasks, so it
+    is conservative.
+    """
+    (a, n_a), (b, n_b) = ((m.get(f"{prefix}/success", 0.0), m.get(f"{prefix}/episodes", 0.0)) for m in (before, after))
+    sem = math.hypot(success_sem(a, n_a), success_sem(b, n_b))
+    types = sorted(k.split("/")[-1] for k in after if k.startswith(f"{prefix}/success/"))
+    cells = "  ".join(f"{k} {100 * (after[f'{prefix}/success/{k}'] - before.get(f'{prefix}/success/{k}', 0.0)):+5.1f}"
+                      for k in types)
+    return f"{'RL gain (points)':<22} all {100 * (b - a):+5.1f} +- {100 * sem:4.1f}  {cells}"

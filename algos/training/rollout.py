@@ -1,12 +1,17 @@
-"""Multi-turn rollout over a grouped vector env: one training row per env step.
+"""The episode player: grouped envs played to the end with a policy, one row per env step.
 
-Each round resets every env (the copies of a group share a task), then, while any
-episode runs: the active envs' prompts (built by ``HistoryPrompt``) go to the policy
-in one batch, the generated texts are the actions (``ActionParser`` extracts the
-command), and each active env's step becomes one row with its group id, trajectory
-id, step index, shaped reward, anchor key (of the state the action was taken in),
-tokens and sampling log-probs.  Finished envs are frozen by the vector env and stop
-consuming generation.
+``collect`` is the one episode loop of the package: training rollouts and evaluations,
+leaderboard rounds (``leaderboard.rounds``), SFT transcripts (``sft.expert_demonstrations``)
+and the LLM benchmark all play through it.  Each round resets every env (the copies of a
+group share a task), then, while any episode runs: the active envs' prompts (built by the
+prompt stack, ``gigpo_gym.wrappers.wrap_for_llm``) go to the policy in one call, with the
+per-step context it asks for (``step_contexts``); the generated texts are the actions; and
+each active env's step becomes one row with its group id, trajectory id, step index,
+shaped reward, anchor key (of the state the action was taken in), prompt, reply, tokens
+and sampling log-probs.  Finished envs are frozen by the vector env and stop consuming
+generation.  An episode ends when the env ends it, when its env crashed
+(``info["crashed"]``, ``info["worker_failed"]``) or when the policy's generation for it
+carries an ``error``; each ``Episode`` says which (``status``).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
-from gigpo_gym.algos.policies.base import ChoiceBatch, Generation, SamplingParams, TokenBatch
+from gigpo_gym.algos.policies.base import ChoiceBatch, Generation, Policy, SamplingParams, TokenBatch, as_policy
 
 
 @dataclass(frozen=True)
@@ -60,9 +65,38 @@ class Episode:
     task_type: str
     won: bool = False
     length: int = 0
+    #: Sum of the shaped rewards (``RewardShaping``).
     reward: float = 0.0
     invalid_steps: int = 0
     truncated: bool = False  # cut off by the step limit, not ended by the env
+    #: The env's index in the round.
+    index: int = 0
+    #: Sum of the env's own rewards.
+    env_return: float = 0.0
+    #: How it ended: "terminated", "truncated", "crashed" (an env or worker failure, a policy exception), or a
+    #: generation's ``error_status``; "running" until then.
+    status: str = "running"
+    error: str | None = None
+    #: The last numeric value of each ``final_keys`` info key (0.0 where none came).
+    final: dict[str, float] = field(default_factory=dict)
+    #: Replies cut at ``max_new_tokens``.
+    cut_replies: int = 0
+    #: A served model's token counts over the episode (``Generation.usage``), None for other policies.
+    usage: dict[str, Any] | None = None
+
+    def add_usage(self, gen: Generation) -> None:
+        """Add one step's token counts (a served model's; other generations report none)."""
+        step = gen.usage()
+        if step is None:
+            return
+        u = self.usage or {"prompt_tokens": 0, "completion_tokens": 0, "requests": 0, "system_fingerprints": []}
+        u["prompt_tokens"] += int(step["prompt_tokens"])
+        u["completion_tokens"] += int(step["completion_tokens"])
+        u["requests"] += 1
+        fingerprint = step.get("system_fingerprint")
+        if fingerprint and fingerprint not in u["system_fingerprints"]:
+            u["system_fingerprints"].append(fingerprint)
+        self.usage = u
 
 
 @dataclass
@@ -76,6 +110,8 @@ class Rollout:
     TOKEN_COLUMNS: ClassVar[tuple[str, ...]] = (
         "prompt_ids", "response_ids", "old_log_probs", "options", "option_log_probs", "choices",
     )  # fmt: skip
+    #: The rows' texts: the prompt the policy saw, its reply, the action parsed from it (None: none).
+    TEXT_COLUMNS: ClassVar[tuple[str, ...]] = ("prompts", "replies", "actions")
 
     group_ids: list[int] = field(default_factory=list)
     traj_ids: list[int] = field(default_factory=list)
@@ -92,6 +128,9 @@ class Rollout:
     options: list[list[list[int]]] = field(default_factory=list)
     option_log_probs: list[list[float]] = field(default_factory=list)
     choices: list[int] = field(default_factory=list)
+    prompts: list[str] = field(default_factory=list)
+    replies: list[str] = field(default_factory=list)
+    actions: list[str | None] = field(default_factory=list)
     episodes: list[Episode] = field(default_factory=list)
     generated_tokens: int = 0
     #: Rows whose reply was cut at ``max_new_tokens`` (no eos, no stop string): an unclosed tag, most often.
@@ -134,10 +173,10 @@ class Rollout:
         )
 
     def without_tokens(self) -> "Rollout":
-        """The same rows without their token ids and log-probs (what other processes need to see)."""
+        """The same rows without their token ids, log-probs and texts (what other processes need to see)."""
         import dataclasses
 
-        return dataclasses.replace(self, **{name: [] for name in self.TOKEN_COLUMNS})
+        return dataclasses.replace(self, **{name: [] for name in self.TOKEN_COLUMNS + self.TEXT_COLUMNS})
 
     @classmethod
     def merge(cls, parts: Sequence["Rollout"]) -> tuple["Rollout", np.ndarray]:
@@ -182,63 +221,104 @@ def info_at(infos: dict[str, Any], key: str, index: int, default: Any = None) ->
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _contexts(policy: Any, envs: Any, infos: dict[str, Any], active: np.ndarray) -> list[dict[str, Any]] | None:
-    """Per-row context for reference policies (admissible actions, expert action)."""
-    wanted = getattr(policy, "needs_context", ())
-    if not wanted:
-        return None
-    experts = envs.call("expert_action") if "expert_action" in wanted else None
-    return [
-        {
-            "admissible_actions": list(info_at(infos, "admissible_actions", int(i), []) or []),
-            "expert_action": experts[int(i)] if experts is not None else None,
-        }
-        for i in active
-    ]
+#: The context keys every row can have (any other key a policy asks for is read from the env's info).
+CONTEXT_KEYS = ("admissible_actions", "expert_action", "observation", "task", "episode")
+
+
+def step_contexts(wanted: Sequence[str], envs: Any, infos: dict[str, Any], rows: Sequence[int], tasks: Sequence[str],
+                  expert_kwargs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """What a policy receives with each prompt (``Policy.needs_context``): one dict per row in ``rows``.
+
+    ``admissible_actions``, ``observation`` (the env's own, before the prompt), ``task`` (the
+    episode's first observation), ``episode`` (the env's index in the round),
+    ``expert_action`` (``env.expert_action(**expert_kwargs)``, asked only when wanted) and
+    any other wanted key read from the env's info (e.g. WebShop's ``instruction``).
+    """
+    experts = envs.call("expert_action", **dict(expert_kwargs or {})) if "expert_action" in wanted else None
+    extra = sorted(set(wanted) - set(CONTEXT_KEYS))
+    return [{"admissible_actions": list(info_at(infos, "admissible_actions", i, []) or []),
+             "expert_action": experts[i] if experts is not None else None,
+             "observation": str(info_at(infos, "observation", i, "")), "task": tasks[i], "episode": i,
+             **{k: info_at(infos, k, i) for k in extra}} for i in rows]
 
 
 def collect(
-    policy: Any,
+    policy: Policy,
     envs: Any,
     sampling: SamplingParams,
     *,
     seed: int,
     shaping: RewardShaping = RewardShaping(),
+    options: dict[str, Any] | None = None,
+    call_keys: Sequence[int] = (),
+    expert_kwargs: dict[str, Any] | None = None,
+    final_keys: Sequence[str] = (),
+    rows: bool = True,
+    on_episode_end: Callable[[Episode], None] | None = None,
     on_step: Callable[[int], None] | None = None,
 ) -> Rollout:
-    """Play one round of every env of ``envs`` to the end and return its rows."""
+    """Play one round of every env of ``envs`` (a ``make_grouped`` vector env) to the end; its rows and episodes.
+
+    ``envs`` resets with ``seed`` and ``options`` (``{"env_options": [...]}``: each env's own
+    reset options, e.g. a task id).  Step ``t``'s generate call samples with
+    ``sampling.for_call(*call_keys, t)``.  ``expert_kwargs`` go to the env's
+    ``expert_action`` when the policy asks for it.  ``final_keys`` are info keys whose last
+    numeric value each episode keeps (``Episode.final``).  ``rows=False`` keeps the
+    episodes only.  An env whose reset info says ``skipped`` is not played and gets no
+    episode.  ``on_episode_end`` sees each episode once it is final.
+    """
+    policy = as_policy(policy)
     start = time.perf_counter()
-    obs, infos = envs.reset(seed=seed)
+    obs, infos = envs.reset(seed=seed, options=options)
     n = len(obs)
     out = Rollout()
     for i in range(n):
-        out.episodes.append(
-            Episode(
-                group_id=int(info_at(infos, "group_id", i, i)),
-                traj_id=int(info_at(infos, "traj_id", i, i)),
-                task_id=str(info_at(infos, "task_id", i, "")),
-                task_type=str(info_at(infos, "task_type", i, "")),
-            )
-        )
-    active = np.ones(n, dtype=bool)
+        out.episodes.append(Episode(
+            group_id=int(info_at(infos, "group_id", i, i)), traj_id=int(info_at(infos, "traj_id", i, i)),
+            task_id=str(info_at(infos, "task_id", i, "")), task_type=str(info_at(infos, "task_type", i, "")), index=i,
+        ))
+    tasks = [str(info_at(infos, "observation", i, obs[i])) for i in range(n)]
+    skipped = {i for i in range(n) if info_at(infos, "skipped", i, False)}
+    active = np.array([i not in skipped for i in range(n)], dtype=bool)
     visited = [{str(info_at(infos, "anchor", i, ""))} for i in range(n)]  # states each episode has been in
+
+    def end(i: int, status: str, error: str | None = None) -> None:
+        ep = out.episodes[i]
+        ep.status, ep.error = status, error
+        active[i] = False
+        for key in final_keys:
+            ep.final.setdefault(key, 0.0)
+        if status == "crashed":  # a crash is a failure, whatever happened before
+            ep.won = False
+            ep.final = {k: 0.0 for k in ep.final}
+        if on_episode_end is not None:
+            on_episode_end(ep)
+
+    for i in np.flatnonzero(active):
+        if info_at(infos, "crashed", i):
+            end(int(i), "crashed", str(info_at(infos, "crashed", i)))
     step = 0
     while active.any():
-        rows = np.flatnonzero(active)
-        prompts = [obs[i] for i in rows]
-        contexts = _contexts(policy, envs, infos, rows)
+        playing = [int(i) for i in np.flatnonzero(active)]
+        prompts = [obs[i] for i in playing]
+        wanted = policy.needs_context
         t0 = time.perf_counter()
-        step_sampling = sampling.for_call(step)
+        step_sampling = sampling.for_call(*call_keys, step)
         gens: Sequence[Generation] = (
-            policy.generate(prompts, step_sampling) if contexts is None
-            else policy.generate(prompts, step_sampling, contexts)
+            policy.generate(prompts, step_sampling) if not wanted
+            else policy.generate(prompts, step_sampling, step_contexts(wanted, envs, infos, playing, tasks, expert_kwargs))
         )
         out.generate_seconds += time.perf_counter() - t0
         actions = [""] * n
-        for i, g in zip(rows, gens):
-            actions[i] = g.text
+        for i, g in zip(playing, gens):
+            out.episodes[i].add_usage(g)
+            if g.error:  # a served model's request that failed for good, or a policy exception (leaderboard)
+                end(i, g.error_status, f"policy: {g.error}")
+            else:
+                actions[i] = g.text
+        stepped = [(i, g) for i, g in zip(playing, gens) if active[i]]
         next_obs, rewards, terminated, truncated, next_infos = envs.step(actions)
-        for i, g in zip(rows, gens):
+        for i, g in stepped:
             ep = out.episodes[i]
             valid = bool(info_at(next_infos, "action_valid", i, True))
             won = bool(info_at(next_infos, "won", i, False))
@@ -246,52 +326,85 @@ def collect(
             revisit = not won and bool(reached) and reached in visited[i]
             visited[i].add(reached)
             reward = shaping(float(rewards[i]), won, valid, revisit)
-            out.group_ids.append(ep.group_id)
-            out.traj_ids.append(ep.traj_id)
-            out.step_ids.append(step)
-            out.rewards.append(reward)
-            out.penalties.append(shaping.penalty(valid, revisit))
-            out.anchors.append(str(info_at(infos, "anchor", i, "")))
-            out.anchor_texts.append(str(info_at(infos, "anchor_text", i, "")))
-            out.action_valid.append(valid)
-            out.prompt_ids.append(list(g.prompt_ids))
-            out.response_ids.append(list(g.response_ids))
-            out.old_log_probs.append(list(g.log_probs))
-            out.options.append(g.options or [])
-            out.option_log_probs.append(g.option_log_probs or [])
-            out.choices.append(g.choice)
+            if rows:
+                out.group_ids.append(ep.group_id)
+                out.traj_ids.append(ep.traj_id)
+                out.step_ids.append(step)
+                out.rewards.append(reward)
+                out.penalties.append(shaping.penalty(valid, revisit))
+                out.anchors.append(str(info_at(infos, "anchor", i, "")))
+                out.anchor_texts.append(str(info_at(infos, "anchor_text", i, "")))
+                out.action_valid.append(valid)
+                out.prompt_ids.append(list(g.prompt_ids))
+                out.response_ids.append(list(g.response_ids))
+                out.old_log_probs.append(list(g.log_probs))
+                out.options.append(g.options or [])
+                out.option_log_probs.append(g.option_log_probs or [])
+                out.choices.append(g.choice)
+                out.prompts.append(obs[i])
+                out.replies.append(g.text)
+                out.actions.append(info_at(next_infos, "parsed_action", i))
             out.generated_tokens += len(g.response_ids)
             out.cut_replies += int(not g.finished)
             ep.length += 1
             ep.reward += reward
+            ep.env_return += float(rewards[i])
             ep.invalid_steps += int(not valid)
+            ep.cut_replies += int(not g.finished)
             ep.won = ep.won or won
             ep.truncated = bool(truncated[i]) and not bool(terminated[i])
+            for key in final_keys:
+                value = info_at(next_infos, key, i)
+                if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+                    ep.final[key] = float(value)
+            crashed = info_at(next_infos, "crashed", i)
+            if not crashed and info_at(next_infos, "worker_failed", i):
+                crashed = "the worker process holding this env died"
+            if crashed:
+                end(i, "crashed", str(crashed))
+            elif terminated[i] or truncated[i]:
+                end(i, "terminated" if terminated[i] else "truncated")
         obs, infos = next_obs, next_infos
-        active = active & ~(np.asarray(terminated) | np.asarray(truncated))
         step += 1
         if on_step is not None:
             on_step(int(active.sum()))
+    if skipped:
+        out.episodes = [ep for ep in out.episodes if ep.index not in skipped]
     out.seconds = time.perf_counter() - start
     return out
+
+
+def _prompt_of(settings: dict[str, Any]) -> tuple[Any, str]:
+    """(PromptConfig, anchor mode) of the old keyword settings (``intro`` and the rest, ``anchor_mode``)."""
+    from gigpo_gym.wrappers.stack import PromptConfig
+
+    settings = dict(settings)
+    anchor_mode = settings.pop("anchor_mode", "state")
+    return PromptConfig(**settings), anchor_mode
 
 
 def wrap_llm_env(
     env: Any, history_length: int = 2, anchor_mode: str = "state", intro: str | None = None,
     action_format: str | None = None, task_key: str | None = None, list_actions: bool = True,
 ) -> Any:
-    """The LLM stack ``ActionParser(HistoryPrompt(AnchorKey(env)))`` with prompt texts chosen."""
-    from gigpo_gym.wrappers import ActionParser, AnchorKey, HistoryPrompt
+    """Deprecated: ``gigpo_gym.wrappers.wrap_for_llm(env, PromptConfig(...), anchor_mode)``."""
+    import warnings
 
-    prompt = HistoryPrompt(
-        AnchorKey(env, mode=anchor_mode), history_length, intro=intro, action_format=action_format, task_key=task_key,
-        list_actions=list_actions,
-    )
-    return ActionParser(prompt)
+    from gigpo_gym.wrappers.stack import PromptConfig, wrap_for_llm
+
+    warnings.warn("wrap_llm_env is deprecated: use gigpo_gym.wrappers.wrap_for_llm(env, PromptConfig(...), anchor_mode)",
+                  DeprecationWarning, stacklevel=2)
+    prompt = PromptConfig(history_length=history_length, intro=intro, action_format=action_format, task_key=task_key,
+                          list_actions=list_actions)
+    return wrap_for_llm(env, prompt, anchor_mode)
 
 
 def llm_wrapper(**settings: Any) -> Callable[[Any], Any]:
-    """A picklable ``env -> wrapped env`` for ``make_grouped(wrappers=...)``."""
-    import functools
+    """Deprecated: ``gigpo_gym.wrappers.llm_stack(PromptConfig(...), anchor_mode)``."""
+    import warnings
 
-    return functools.partial(wrap_llm_env, **settings)
+    from gigpo_gym.wrappers.stack import llm_stack
+
+    warnings.warn("llm_wrapper is deprecated: use gigpo_gym.wrappers.llm_stack(PromptConfig(...), anchor_mode)",
+                  DeprecationWarning, stacklevel=2)
+    return llm_stack(*_prompt_of(settings))

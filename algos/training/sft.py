@@ -3,8 +3,8 @@
 A model trained from scratch (the tiny one) cannot find a single success by chance
 in a 50-step task, and a pretrained one does not yet keep to the env's answer format,
 so RL needs a starting point: the env's expert plays episodes through the same
-wrapper stack as the rollout (same prompts, chat template applied by the policy), and
-the policy is trained with cross-entropy on the expert's reply + end-of-sequence.
+prompt stack and episode player as the rollout (same prompts, chat template applied by
+the policy), and the policy is trained with cross-entropy on the expert's reply + end-of-sequence.
 The reply is what a policy should write: ``<action>expert command</action>``, or the
 expert's own text where the env reads tags of its own (SearchQA's
 ``<search>query</search>`` / ``<answer>text</answer>``).
@@ -19,9 +19,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from gigpo_gym.algos.policies.base import TokenBatch
+from gigpo_gym.algos.policies.base import SamplingParams, TokenBatch
 from gigpo_gym.algos.training.config import scheduled_lr
-from gigpo_gym.core.env import derive_seed
 
 
 def expert_demonstrations(
@@ -33,36 +32,34 @@ def expert_demonstrations(
     wrapper: Callable[[gym.Env], gym.Env] | None = None,
     expert_kwargs: dict[str, Any] | None = None,
 ) -> list[tuple[str, str]]:
-    """(prompt, response) pairs of the expert's steps on ``episodes`` tasks (won episodes only).
+    """(prompt, response) pairs of the expert's steps on ``episodes`` tasks (won episodes only), episode by episode.
 
-    ``expert_kwargs`` go to the env's ``expert_action`` (e.g. ALFWorld's ``style``).
+    The expert (``ExpertPolicy``) plays through the episode player, as any policy does:
+    episode ``k`` is the task of reset seed ``derive_seed(seed, k)``, seen through
+    ``wrapper`` (the run's prompt stack).  ``expert_kwargs`` go to the env's
+    ``expert_action`` (e.g. ALFWorld's ``style``).
     """
-    import gigpo_gym  # noqa: F401  (registers the suite)
+    from gymnasium.envs.registration import load_env_creator
 
-    env = gym.make(env_id, **dict(env_kwargs or {}))
-    if wrapper is not None:
-        env = wrapper(env)
-    expert = getattr(env.unwrapped, "expert_action", None)
-    if expert is None:
-        raise ValueError(f"{env_id} has no expert (unwrapped env lacks expert_action()); set sft.steps: 0")
-    own_tags = bool(env.unwrapped.metadata.get("action_tags"))  # the expert already writes the reply
-    pairs: list[tuple[str, str]] = []
+    import gigpo_gym
+    from gigpo_gym.algos.policies.reference import ExpertPolicy
+    from gigpo_gym.algos.training.rollout import collect
+
+    entry = gym.spec(env_id).entry_point
+    if not hasattr(entry if callable(entry) else load_env_creator(entry), "expert_action"):
+        raise ValueError(f"{env_id} has no expert (its env lacks expert_action()); set sft.steps: 0")
+    if episodes < 1:
+        return []
+    envs = gigpo_gym.make_grouped(env_id, episodes, 1, seed=seed, env_kwargs=dict(env_kwargs or {}),
+                                  wrappers=(wrapper,) if wrapper is not None else ())
     try:
-        for k in range(episodes):
-            prompt, _ = env.reset(seed=derive_seed(seed, k))
-            steps: list[tuple[str, str]] = []
-            done, won = False, False
-            while not done:
-                command = expert(**dict(expert_kwargs or {}))
-                response = command if own_tags else f"<action>{command}</action>"
-                steps.append((prompt, response))
-                prompt, _, terminated, truncated, info = env.step(response)
-                done, won = terminated or truncated, bool(info.get("won"))
-            if won:
-                pairs.extend(steps)
+        rollout = collect(ExpertPolicy(), envs, SamplingParams(max_new_tokens=1, temperature=0.0), seed=seed,
+                          expert_kwargs=expert_kwargs)
     finally:
-        env.close()
-    return pairs
+        envs.close()
+    won = {ep.traj_id for ep in rollout.episodes if ep.won}
+    order = sorted((t, step, row) for row, (t, step) in enumerate(zip(rollout.traj_ids, rollout.step_ids)) if t in won)
+    return [(rollout.prompts[row], rollout.replies[row]) for _, _, row in order]
 
 
 def oversample(demos: list[tuple[str, str]], copies: dict[str, int]) -> list[tuple[str, str]]:
