@@ -44,7 +44,7 @@ test: $(VENV)/.installed-test browser-deps
 	$(BIN)/pytest --durations=15
 
 # The main job: SFT warm start then GiGPO, tiny model, embedded ALFWorld (pick and look),
-# CPU (7-10 min on 2 cores after the venv). Prints held-out success per task type after
+# CPU (7-10 min on 2 cores after the venv build). Prints held-out success per task type after
 # SFT and after GiGPO (the iteration chosen on valid_unseen) with standard errors and the
 # RL gain; writes runs/demo/.
 demo: $(VENV)/.installed-train
