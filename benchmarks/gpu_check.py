@@ -427,7 +427,7 @@ def profile_decoding(policy, prompt_ids: list[list[int]], sampling, steps: int =
             sync(policy.device)
             wall = time.perf_counter() - t0
     done = max(len(g.response_ids) for g in replies)
-    per_step = (wall - prefill) / max(done - 1, 1)
+    per_step = max(wall - prefill, 0.0) / max(done - 1, 1)  # a busy CPU's noise can exceed a tiny model's steps
     key = "self_device_time_total" if cuda else "self_cpu_time_total"
     events = sorted((e for e in prof.key_averages() if getattr(e, key, 0) > 0), key=lambda e: getattr(e, key),
                     reverse=True)

@@ -50,7 +50,7 @@ def test_the_dry_run_takes_every_step_on_a_cpu(tmp_path):
     profiles = json.loads((tmp_path / "gpu_check_profile.json").read_text())
     update = profiles["update"]
     assert update["top_operators"] and update["rows"] == 2 * 4 * 2 and update["host_waits"] == 0
-    assert profiles["decoding"]["top_host_operators"] and hf["decoding"]["step_s"] > 0
+    assert profiles["decoding"]["top_host_operators"] and hf["decoding"]["step_s"] >= 0 and 1 <= hf["decoding"]["steps"] <= 12
     assert {"loop", "continuous"} <= set(hf["decoders"]) and hf["decoders"]["faster"] in ("loop", "continuous")
     assert all(isinstance(v, dict) for v in hf["variants"].values()), hf["variants"]
     assert steps["same-seed"]["status"] == "passed" and steps["same-seed"]["rows"] == 2  # iterations 0 and 1
