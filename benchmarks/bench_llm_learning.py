@@ -205,7 +205,10 @@ def trained(args, seed: int, algo: str, tag: str = "") -> Path:
 
 
 def train(args, seed: int, algo: str, tag: str = "") -> dict[str, Any]:
-    """One RL run from the warm start, then its evaluation."""
+    """One RL run from the warm start, then its evaluation (neither, when the evaluation is done already)."""
+    done = Path(args.run_root) / f"seed{seed}-{algo}{tag}" / "eval.json"
+    if done.is_file():  # e.g. carried over from an earlier sitting, without the run's weights
+        return json.loads(done.read_text())
     final = trained(args, seed, algo, tag)
     return evaluation(args, f"seed{seed}-{algo}{tag}", lambda: policy_with(args, final), run_config(args, seed, algo, tag))
 

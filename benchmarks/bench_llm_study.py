@@ -29,6 +29,11 @@ its end.  After each stage the results so far go to ``--results``
 (``llm_study_searchqa.json`` / ``.png``, ``llm_study_webshop*``); ``--report`` only
 rewrites them.  Each invocation appends its commit, command, machine and start time
 to ``ROOT/study.json``.
+
+A study outlasts a sitting through ``--carry`` (``benchmarks/results/llm_study_runs``,
+committed): after each stage the run root's small results files (evaluations, training
+curves, summaries, ``study.json``) are copied there, and a later sitting's command copies
+them back first, so a run whose evaluation is carried is not trained again.
 """
 
 from __future__ import annotations
@@ -179,15 +184,17 @@ def grpo_settings_stage(args) -> None:
     for lr in [None, *args.grpo_lr]:
         for seed in args.seeds:
             for name, setting_lr, iterations in grpo_settings(args):
-                if setting_lr == lr:
+                done = Path(b.run_root) / "validation" / f"seed{seed}-{name}" / "eval.json"
+                if setting_lr == lr and not done.is_file():
                     sb, weights = setting_weights(args, seed, lr, iterations)
                     bench.evaluation(sb, f"validation/seed{seed}-{name}", lambda: bench.policy_with(sb, weights),
                                      bench.warm_start_config(sb), tasks)
     best = choose(validation_means(b, args))
     _, lr, iterations = next(s for s in grpo_settings(args) if s[0] == best)
     for seed in args.seeds:
-        sb, weights = setting_weights(args, seed, lr, iterations)
-        bench.evaluation(sb, f"seed{seed}-{best}", lambda: bench.policy_with(sb, weights), bench.warm_start_config(sb))
+        if not (Path(b.run_root) / f"seed{seed}-{best}" / "eval.json").is_file():
+            sb, weights = setting_weights(args, seed, lr, iterations)
+            bench.evaluation(sb, f"seed{seed}-{best}", lambda: bench.policy_with(sb, weights), bench.warm_start_config(sb))
 
 
 def validation_means(b, args) -> dict[str, float]:
@@ -410,6 +417,34 @@ def write_results(args) -> None:
             (out / name).write_text(json.dumps({**meta, "config": args.webshop_config, **result}, indent=1))
 
 
+#: The small files of a study's run root that hold its results (the weights stay behind): what one sitting
+#: carries to the next through ``--carry``.
+CARRIED = ("study.json", "eval.json", "metrics.jsonl", "summary.json", "config.yaml", "tasks.json", "teachers.json")
+
+
+def carry(source: Path, target: Path) -> list[Path]:
+    """Copy the results files (``CARRIED``) under ``source`` to the same places under ``target``, where missing.
+
+    A run whose evaluation is carried is not trained again; a stage that needs a run's
+    weights (a seed's first run, GRPO's other settings) trains what is not carried.
+    """
+    import shutil
+
+    copied = []
+    for path in sorted(p for p in source.rglob("*") if p.name in CARRIED and "tensorboard" not in p.parts):
+        if "checkpoints" in path.relative_to(source).parts:
+            continue
+        to = target / path.relative_to(source)
+        if path.name == "study.json" and to.exists():  # both sides' invocations, once each, in order
+            log = {entry["started"]: entry for entry in (_read(to) or []) + (_read(path) or [])}
+            to.write_text(json.dumps([log[k] for k in sorted(log)], indent=1))
+        elif not to.exists():
+            to.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, to)
+            copied.append(to)
+    return copied
+
+
 def record_start(args) -> None:
     """Append this invocation (commit, command, machine, time) to ``ROOT/study.json``."""
     from gigpo_gym.core.data import write_atomically
@@ -470,6 +505,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, one per core)")
     p.add_argument("--keep-optimizer", action="store_true", help="keep finished runs' optimiser states")
     p.add_argument("--report", action="store_true", help="only write the results of what ROOT holds")
+    p.add_argument("--carry", default=str(ROOT / "benchmarks" / "results" / "llm_study_runs"),
+                   help="results files of earlier sittings: copied into ROOT at the start (what they hold is not run "
+                        "again), and ROOT's copied there after each stage; commit that folder to carry a study over")
     return p
 
 
@@ -482,9 +520,13 @@ def main(argv=None) -> None:
     if args.report:
         write_results(args)
         return
+    carried = carry(Path(args.carry), Path(args.root))
+    if carried:
+        print(f"carried over {len(carried)} results files from {args.carry}", flush=True)
     record_start(args)
     for stage in args.stages:
         run_stage(args, stage)  # each ends by writing the results so far
+        carry(Path(args.root), Path(args.carry))
 
 
 if __name__ == "__main__":

@@ -78,3 +78,24 @@ def test_the_study_skips_every_finished_stage_and_redoes_only_what_is_missing(tm
                          "seconds": 0.0, "generated_tokens": 0})
     study.main(argv)
     assert sorted(played) == [False, True]  # one validation evaluation, one test evaluation
+
+
+def test_a_later_sitting_carries_the_results_files_over_and_does_not_train_what_they_hold(tmp_path):
+    study = load_study()
+    old, new = tmp_path / "carried", tmp_path / "root"
+    files = {"study.json": [{"started": "2026-11-27T13:16:02+00:00", "commit": "a"}],
+             "searchqa/seed0-gigpo/eval.json": {"episodes": [{"won": True}]},
+             "searchqa/seed0-gigpo/metrics.jsonl": "", "searchqa/seed0-gigpo/summary.json": {},
+             "searchqa/seed0-gigpo/checkpoints/iter-000015/state.json": {}, "searchqa/seed0-gigpo/model.safetensors": ""}
+    for name, content in files.items():
+        (old / name).parent.mkdir(parents=True, exist_ok=True)
+        (old / name).write_text(content if isinstance(content, str) else json.dumps(content))
+    (new).mkdir()
+    (new / "study.json").write_text(json.dumps([{"started": "2026-11-28T09:00:00+00:00", "commit": "b"}]))
+    copied = study.carry(old, new)
+    assert sorted(p.relative_to(new).as_posix() for p in copied) == [
+        "searchqa/seed0-gigpo/eval.json", "searchqa/seed0-gigpo/metrics.jsonl", "searchqa/seed0-gigpo/summary.json"]
+    assert [e["commit"] for e in json.loads((new / "study.json").read_text())] == ["a", "b"]  # both sittings, in order
+    # the carried evaluation stands for the run: nothing trains (this namespace could not build a config)
+    args = study.argparse.Namespace(run_root=str(new / "searchqa"))
+    assert study.bench.train(args, 0, "gigpo") == {"episodes": [{"won": True}]}
