@@ -19,7 +19,8 @@ One command runs the whole study, stage by stage, in this order:
    goals; then SFT on the teacher's transcripts (``sft.expert_kwargs: {style: page}``)
    and the GiGPO/GRPO pair from that warm start.
 
-    python benchmarks/bench_llm_study.py --root runs/study --threads 2
+    python benchmarks/bench_llm_study.py --root runs/study --threads 2 \
+        --carry benchmarks/results/llm_study_runs
 
 Every run, checkpoint and evaluation writes its files when done and is skipped when
 they exist (``bench_llm_learning``), so an interrupted study continues with the same
@@ -30,8 +31,8 @@ its end.  After each stage the results so far go to ``--results``
 rewrites them.  Each invocation appends its commit, command, machine and start time
 to ``ROOT/study.json``.
 
-A study outlasts a sitting through ``--carry`` (``benchmarks/results/llm_study_runs``,
-committed): after each stage the run root's small results files (evaluations, training
+A study outlasts a sitting through ``--carry DIR`` (``benchmarks/results/llm_study_runs``,
+committed; off unless given): after each stage the run root's small results files (evaluations, training
 curves, summaries, ``study.json``) are copied there, and a later sitting's command copies
 them back first, so a run whose evaluation is carried is not trained again.
 """
@@ -505,9 +506,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, one per core)")
     p.add_argument("--keep-optimizer", action="store_true", help="keep finished runs' optimiser states")
     p.add_argument("--report", action="store_true", help="only write the results of what ROOT holds")
-    p.add_argument("--carry", default=str(ROOT / "benchmarks" / "results" / "llm_study_runs"),
-                   help="results files of earlier sittings: copied into ROOT at the start (what they hold is not run "
-                        "again), and ROOT's copied there after each stage; commit that folder to carry a study over")
+    p.add_argument("--carry", metavar="DIR", default=None,
+                   help="results files of earlier sittings (the study's: benchmarks/results/llm_study_runs): copied "
+                        "into ROOT at the start (what they hold is not run again), and ROOT's copied there after each "
+                        "stage; commit that folder to carry a study over (default: no carrying)")
     return p
 
 
@@ -520,13 +522,14 @@ def main(argv=None) -> None:
     if args.report:
         write_results(args)
         return
-    carried = carry(Path(args.carry), Path(args.root))
-    if carried:
+    if args.carry:
+        carried = carry(Path(args.carry), Path(args.root))
         print(f"carried over {len(carried)} results files from {args.carry}", flush=True)
     record_start(args)
     for stage in args.stages:
         run_stage(args, stage)  # each ends by writing the results so far
-        carry(Path(args.root), Path(args.carry))
+        if args.carry:
+            carry(Path(args.root), Path(args.carry))
 
 
 if __name__ == "__main__":
