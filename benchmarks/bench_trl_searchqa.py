@@ -107,25 +107,22 @@ def rl(args, root: Path, algo: str, warm: Path) -> Path:
     return out
 
 
-def tool_suffix_ids(tokenizer, messages: list[dict]) -> list[int]:
-    """The tokens a tool result adds after a reply that ended with EOS (the way TRL computes them)."""
-    call = [{"role": "user", "content": "x"},
-            {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
-                "name": messages[0]["name"], "arguments": {}}}]}]
-    before = tokenizer.apply_chat_template(call, tokenize=True, return_dict=False)
-    after = tokenizer.apply_chat_template(call + messages, tokenize=True, return_dict=False, add_generation_prompt=True)
-    cut = max(i for i, t in enumerate(before) if t == tokenizer.eos_token_id) + 1
-    assert after[:cut] == before[:cut]
-    return after[cut:]
+def evaluate(args, model_dir: Path, task_ids: list[str] | None = None) -> dict:
+    """Greedy EM on every test question (or those of ``task_ids``), in TRL's conversation: prompt + reply tokens +
+    tool-result tokens.
 
-
-def evaluate(args, model_dir: Path) -> dict:
-    """Greedy EM on every test question, in TRL's conversation: prompt + reply tokens + tool-result tokens."""
+    Its own loop, not the leaderboard's ``--prompt tools``: it applies TRL's completion
+    budget (``max_completion_length``, 5 tool rounds), which binds at 160-token tool
+    results and which the episode player has no counterpart for; where the budget does
+    not bind both give the same EM per question (tests/test_tools_template.py).
+    """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.chat_template_utils import parse_response
 
+    from gigpo_gym.integrations.chat import tool_suffix_ids
     from gigpo_gym.integrations.trl import environment_class, task_dataset
+    from gigpo_gym.integrations.trl_env import run_call, tool_methods
 
     out = model_dir / "eval.json"
     if out.is_file():
@@ -135,14 +132,18 @@ def evaluate(args, model_dir: Path) -> dict:
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()
     rows = task_dataset(ENV_ID, "test", n=None, **ENV_KWARGS)
-    rows = rows.select(range(min(args.eval_questions, len(rows)))) if args.eval_questions else rows
+    if task_ids is not None:
+        where = {task: i for i, task in enumerate(rows["task_id"])}
+        rows = rows.select([where[task] for task in task_ids])
+    elif args.eval_questions:
+        rows = rows.select(range(min(args.eval_questions, len(rows))))
     Env = environment_class(ENV_ID, tokenizer=tokenizer, max_observation_tokens=args.max_observation_tokens,
                             split="test", **ENV_KWARGS)
     results = {}
     for first in range(0, len(rows), args.eval_batch):
         batch = [rows[i] for i in range(first, min(first + args.eval_batch, len(rows)))]
         envs = [Env() for _ in batch]
-        tools = [[getattr(env, name) for name in env.family.tools] for env in envs]
+        tools = [tool_methods(env) for env in envs]  # in TRL's order
         prompts, completions = [], [[] for _ in batch]
         for env, row, tool_list in zip(envs, batch, tools):
             messages = [{"role": "user", "content": row["prompt"][0]["content"] + env.reset(**row)}]
@@ -169,15 +170,9 @@ def evaluate(args, model_dir: Path) -> dict:
                 calls = reply.get("tool_calls") or []
                 if not calls or len(completions[i]) >= args.max_completion_length:
                     continue
-                messages = []
-                for call in calls:
-                    name, arguments = call["function"]["name"], call["function"].get("arguments") or {}
-                    try:
-                        result = getattr(envs[i], name)(**arguments) if name in envs[i].family.tools else \
-                            {"error": f"Tool {name} not found."}
-                    except Exception as error:  # as TRL does: the error goes back to the model
-                        result = {"error": str(error)}
-                    messages.append({"role": "tool", "name": name, "content": str(result)})
+                messages = [{"role": "tool", "name": call["function"]["name"],
+                             "content": run_call(envs[i], call["function"]["name"], call["function"]["arguments"])}
+                            for call in calls]
                 suffix = tool_suffix_ids(tokenizer, messages)
                 if len(completions[i]) + len(suffix) > args.max_completion_length:
                     continue  # TRL drops a result that does not fit and stops

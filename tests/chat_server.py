@@ -2,7 +2,8 @@
 
 ``FakeChatServer(reply)`` answers ``POST /v1/chat/completions`` with ``reply(prompt)``
 (the last user message; with ``split_reasoning`` its ``<think>`` part goes in
-``reasoning_content``, as servers with a reasoning parser answer) and
+``reasoning_content``, as servers with a reasoning parser answer; a dict is the whole
+message, tool calls included) and
 ``GET /v1/models`` with its one model.  ``faults`` is a
 list of fault names served to the next requests, one each, in order; ``fault_for``
 (a function of the prompt) picks a fault for every request it matches.  Faults:
@@ -79,6 +80,12 @@ class FakeChatServer:
 
     def _completion(self, prompt: str, body: dict[str, Any]) -> dict[str, Any]:
         text = self.reply(prompt)
+        if isinstance(text, dict):  # a whole message (tool calls): sent as it is
+            return {"id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": 0,
+                    "model": self.answer_as, "system_fingerprint": FINGERPRINT,
+                    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": text}],
+                    "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": 1,
+                              "total_tokens": len(prompt.split()) + 1}}
         reasoning = None
         if self.split_reasoning and "</think>" in text:  # as servers with a reasoning parser answer
             reasoning, text = text.split("</think>", 1)

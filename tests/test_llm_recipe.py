@@ -141,6 +141,7 @@ def test_the_searchqa_recipe_runs_sft_and_one_rl_iteration_end_to_end(tmp_path, 
     """configs/searchqa_smollm2.yaml on a tiny slice: SmolLM2 writes free text, SFT, one GiGPO iteration, eval."""
     import torch
 
+    from gigpo_gym.algos.policies.base import CHAT_CONTEXT
     from gigpo_gym.algos.training.config import load_config
     from gigpo_gym.algos.training.trainer import build_policy, run_training
 
@@ -152,7 +153,7 @@ def test_the_searchqa_recipe_runs_sft_and_one_rl_iteration_end_to_end(tmp_path, 
         "progress=false", f"run_dir={tmp_path}",
     ])
     policy = build_policy(cfg)
-    assert policy.use_chat_template and not policy.choose_admissible and policy.needs_context == ()
+    assert policy.use_chat_template and not policy.choose_admissible and policy.needs_context == CHAT_CONTEXT
     before = [p.detach().clone() for p in policy.parameters()]
     lines: list[str] = []
     summary = run_training(cfg, policy=policy, echo=lines.append)

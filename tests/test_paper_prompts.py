@@ -86,7 +86,7 @@ def test_an_env_outside_the_suite_is_refused_with_the_families():
 def test_the_leaderboard_takes_the_template_for_llm_policies_only():
     with pytest.raises(LeaderboardError, match=r"--prompt paper is for LLM policies; 'random' is a random policy"):
         resolve_policy("random", "gigpo_gym/ALFWorld-v0", template="paper")
-    with pytest.raises(LeaderboardError, match=r"prompt template 'papr' is not one of \['default', 'paper'\]; "
+    with pytest.raises(LeaderboardError, match=r"prompt template 'papr' is not one of \['default', 'paper', 'tools'\]; "
                                                r"did you mean 'paper'\?"):
         resolve_policy("expert", "gigpo_gym/ALFWorld-v0", template="papr")
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gigpo_gym.algos.training.config import load_config
-from gigpo_gym.algos.policies.base import SamplingParams
+from gigpo_gym.algos.policies.base import CHAT_CONTEXT, SamplingParams
 from gigpo_gym.algos.policies.hf import HFPolicy
 from gigpo_gym.algos.training.rollout import collect
 from gigpo_gym.algos.training.trainer import Trainer
@@ -36,7 +36,7 @@ def test_smollm2_loads_offline_acts_validly_in_alfworld_and_updates(tmp_path, mo
         # the unconstrained path on the same model: another policy over its module, built without the choice
         writer = HFPolicy(trainer.policy.model, trainer.policy.tokenizer, device=trainer.policy.device)
         free = writer.generate(["You are a household agent. Say hello."], SamplingParams(max_new_tokens=4))
-        assert free[0].response_ids and writer.needs_context == ()
+        assert free[0].response_ids and writer.needs_context == CHAT_CONTEXT  # no choice: it answers chats too
         with pytest.raises(AttributeError):  # fixed when the policy is made, never switched from outside
             trainer.policy.choose_admissible = False
         before = [p.detach().clone() for p in trainer.params]

@@ -4,8 +4,9 @@ Training, evaluation, the SFT transcripts, the leaderboard and the benchmarks al
 an LLM's view of an env here, so a model is evaluated on exactly the prompts it was
 trained on.  ``wrap_for_llm(env, prompt)`` returns the stack the prompt's template
 builds: for ``"default"``, ``ActionParser(HistoryPrompt(AnchorKey(env)))``; for
-``"paper"``, ``PaperPrompt(ActionParser(AnchorKey(env)))`` (``templates``).  The
-registry is open: ``register_template("tools", build)`` adds a template by name.
+``"paper"``, ``PaperPrompt(ActionParser(AnchorKey(env)))`` (``templates``); for
+``"tools"``, ``ToolsPrompt(env)``, TRL's tool-calling conversation (``tools_prompt``).
+The registry is open: ``register_template("mine", build)`` adds a template by name.
 
 >>> import gymnasium as gym, gigpo_gym
 >>> prompt = PromptConfig(history_length=1, intro="You are a researcher.")
@@ -52,7 +53,7 @@ class PromptConfig:
     """
 
     template: str = "default"
-    """The prompt: 'default' (the env's own history prompt, ``HistoryPrompt``) or 'paper' (the GiGPO paper's, ``PaperPrompt``); ``register_template`` adds more."""
+    """The prompt: 'default' (the env's own history prompt, ``HistoryPrompt``), 'paper' (the GiGPO paper's, ``PaperPrompt``) or 'tools' (TRL's tool-calling conversation, ``ToolsPrompt``); ``register_template`` adds more."""
     history_length: int = 2
     """Past steps shown in each prompt (the paper uses 2)."""
     intro: str | None = None
@@ -65,6 +66,10 @@ class PromptConfig:
     """List the admissible actions in every prompt (False: leave them out, for a policy that chooses among them itself)."""
     observation_mode: str | None = None
     """How the env renders its observations, its ``observation_mode`` kwarg (WebShop: 'text', 'text_rich', ...); None: the env's default."""
+    max_observation_tokens: int = 512
+    """The 'tools' template: tool results are cut to this many tokens, as TRL's ``environment_class`` cuts them in training."""
+    observation_tokenizer: str | None = None
+    """The 'tools' template: the tokenizer (a local folder) whose tokens ``max_observation_tokens`` counts, the policy's as in training; None: UTF-8 bytes."""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -74,11 +79,15 @@ class PromptConfig:
             raise ValueError(f"template must be one of {list(PROMPT_TEMPLATES)}, got {self.template!r}{hint}")
         if self.history_length < 0:
             raise ValueError(f"history_length must be >= 0, got {self.history_length}")
+        if self.max_observation_tokens < 16:
+            raise ValueError(f"max_observation_tokens must be >= 16, got {self.max_observation_tokens}")
         reads = PROMPT_TEMPLATES[self.template].reads
         for f in dataclasses.fields(self):
             if f.name not in reads and f.name != "template" and getattr(self, f.name) != f.default:
+                readers = [name for name, t in PROMPT_TEMPLATES.items() if f.name in t.reads]
                 raise ValueError(f"{f.name} is not read by the {self.template!r} template (it reads "
-                                 f"{', '.join(sorted(reads - {'template'}))}): leave {f.name} unset or use the 'default' template")
+                                 f"{', '.join(sorted(reads - {'template'}))}): leave {f.name} unset or use a template "
+                                 f"that reads it ({', '.join(repr(r) for r in readers)})")
 
     def env_kwargs(self) -> dict[str, Any]:
         """The env constructor kwargs this prompt needs (the observation mode, when set)."""
@@ -143,5 +152,14 @@ def _paper_stack(env: gym.Env, prompt: PromptConfig, anchor_mode: str) -> gym.En
     return paper_stack(env, history_length=prompt.history_length, anchor_mode=anchor_mode)
 
 
-register_template("default", _default_stack)
+def _tools_stack(env: gym.Env, prompt: PromptConfig, anchor_mode: str) -> gym.Env:
+    from gigpo_gym.wrappers.tools_prompt import tools_stack
+
+    return tools_stack(env, prompt, anchor_mode)
+
+
+register_template("default", _default_stack, reads=("history_length", "intro", "action_format", "task_key",
+                                                   "list_actions", "observation_mode"))
 register_template("paper", _paper_stack, reads=("history_length", "observation_mode"))
+register_template("tools", _tools_stack, reads=("list_actions", "observation_mode", "max_observation_tokens",
+                                               "observation_tokenizer"))

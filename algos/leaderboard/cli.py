@@ -3,6 +3,7 @@
     gigpo-gym leaderboard --policy expert --envs alfworld-valid_seen webshop-test searchqa-test
     gigpo-gym leaderboard --policy runs/demo --envs alfworld-valid_seen --episodes 24
     gigpo-gym leaderboard --policy openai:gpt-4o --prompt paper --envs webshop-test --max-concurrency 16
+    gigpo-gym leaderboard --policy runs/trl_searchqa/gigpo --prompt tools --max-observation-tokens 160 --envs searchqa-test
     gigpo-gym leaderboard render
 """
 
@@ -44,8 +45,12 @@ def _run_options(p: argparse.ArgumentParser, suppress: bool = False) -> None:
     add("--max-new-tokens", type=int, help="LLM response length cap (default: 32 for <action> answers, 96 on SearchQA, "
         "512 with --prompt paper)")
     add("--prompt", choices=PROMPT_TEMPLATES, default="default",
-        help="LLM prompts: the env's own (default; a trainer run's: its own) or the GiGPO paper's (think, then <action>; "
-             "Search-R1's on SearchQA)")
+        help="LLM prompts: the env's own (default; a trainer run's: its own), the GiGPO paper's (think, then <action>; "
+             "Search-R1's on SearchQA) or tools: the tool-calling chat a model trained with TRL "
+             "(gigpo_gym.integrations.trl) played, for a Hugging Face model folder or openai:MODEL")
+    add("--max-observation-tokens", type=int,
+        help="with --prompt tools: tool results cut to this many tokens (of a model folder's tokenizer; UTF-8 bytes "
+             "for served models), the max_observation_tokens of training's environment_class (default 512)")
     add("--choose-admissible", action="store_true", default=False,
         help="LLMs answer by choosing among the admissible actions with their own likelihoods (WebShop's "
              "search[<query>] filled with the instruction) instead of free generation; not for SearchQA")
@@ -138,7 +143,7 @@ def _run(args: argparse.Namespace) -> int:
         loaded = resolve_policy(args.policy, spec.env_id, device=args.device, seed=args.seed,
                                 temperature=args.temperature, max_new_tokens=args.max_new_tokens, name=args.name,
                                 choose_admissible=args.choose_admissible, template=args.prompt, top_p=args.top_p,
-                                server=server)
+                                server=server, max_observation_tokens=args.max_observation_tokens)
         evaluation = Evaluation.of(spec, loaded, args.episodes)
         journal = evaluation.journal_path(results_dir)
         try:

@@ -39,6 +39,8 @@ LLM_KINDS = ("checkpoint", "hf", "smollm2", "api")
 API_PREFIX = "openai:"
 #: Response budget with the paper's prompts, which reason in <think> first (the paper's max_response_length).
 PAPER_MAX_NEW_TOKENS = 512
+#: Response budget of one reply in the tools prompt's chat (free text, then tool calls, then the end of turn).
+TOOLS_MAX_NEW_TOKENS = 256
 
 
 # -- what a loader gets and gives -------------------------------------------------------
@@ -74,7 +76,8 @@ class PolicyRequest:
     top_p: float = 1.0
     #: The name shown on the board (None: the loader's).
     name: str | None = None
-    #: The prompt template of an LLM ("default": the env's own, or a run's; "paper": the GiGPO paper's).
+    #: The prompt template of an LLM ("default": the env's own, or a run's; "paper": the GiGPO paper's; "tools":
+    #: TRL's tool-calling conversation).
     template: str = "default"
     #: An LLM answers with one of the admissible actions, chosen by its own likelihoods.
     choose_admissible: bool = False
@@ -104,21 +107,24 @@ class LoadedPolicy:
     template: str = "default"
     #: A run's anchor mode, recorded with its prompts.
     anchor_mode: str = "state"
+    #: ``PromptConfig`` fields the template reads beside the spec's (the tools prompt's cut of tool results).
+    template_settings: dict[str, Any] = field(default_factory=dict)
 
     def prompt_for(self, spec: Spec) -> PromptConfig:
         """The prompts this policy sees on ``spec``: its own, else the spec's in its template."""
         if self.prompt is not None:
             return self.prompt
-        return replace(spec.prompt, template=self.template)
+        return _in_template(spec.prompt, self.template, self.template_settings)
 
     def prompt_record(self) -> dict[str, Any]:
         """How the result names the prompts (part of the config hash): a run's settings, or the template if not the env's."""
         if self.prompt is None:
-            return {} if self.template == "default" else {"template": self.template}
+            return {} if self.template == "default" else {"template": self.template, **self.template_settings}
         p = self.prompt
         record = {"history_length": p.history_length, "anchor_mode": self.anchor_mode, "intro": p.intro,
                   "action_format": p.action_format, "task_key": p.task_key, "list_actions": p.list_actions}
-        return {**record, **{k: v for k, v in p.record().items() if k in ("template", "observation_mode")}}
+        kept = ("template", "observation_mode", "max_observation_tokens", "observation_tokenizer")
+        return {**record, **{k: v for k, v in p.record().items() if k in kept}}
 
     def describe(self) -> dict[str, Any]:
         return {"spec": self.spec, "kind": self.kind, "name": self.name, "deterministic": self.deterministic,
@@ -159,19 +165,29 @@ def _loader_for(text: str) -> tuple[Loader, str] | None:
 
 def resolve_policy(text: str, env_id: str, *, device: str = "auto", seed: int = 0, temperature: float | None = None,
                    max_new_tokens: int | None = None, name: str | None = None, choose_admissible: bool = False,
-                   template: str = "default", top_p: float = 1.0, server: ServerSettings | None = None) -> LoadedPolicy:
+                   template: str = "default", top_p: float = 1.0, server: ServerSettings | None = None,
+                   max_observation_tokens: int | None = None) -> LoadedPolicy:
     """The policy a SPEC string names, set up for ``env_id`` (errors say what was expected).
 
     ``choose_admissible`` makes an LLM policy answer with one of the admissible actions,
     picked by its own likelihoods (``HFPolicy(choose_admissible=True)``).  ``template``
     picks an LLM's prompts ("default": the env's own, or a run's; "paper": the GiGPO
-    paper's).  ``openai:MODEL`` connects to its server here: a wrong key, model or address
-    stops before any episode runs.
+    paper's; "tools": TRL's tool-calling conversation, for a policy that answers chats,
+    ``Policy.needs_context``).  With "tools", ``max_observation_tokens`` cuts tool results
+    as in training, counted in the tokens of a Hugging Face model folder's tokenizer (UTF-8
+    bytes for other policies).  ``openai:MODEL`` connects to its server here: a wrong key,
+    model or address stops before any episode runs.
     """
     if template not in PROMPT_TEMPLATES:
         close = difflib.get_close_matches(str(template), list(PROMPT_TEMPLATES), n=1)
         raise LeaderboardError(f"prompt template {template!r} is not one of {list(PROMPT_TEMPLATES)}"
                                + (f"; did you mean {close[0]!r}?" if close else ""))
+    if max_observation_tokens is not None and template != "tools":
+        raise LeaderboardError("--max-observation-tokens cuts the tool results of --prompt tools; "
+                               f"the {template!r} prompt has none")
+    if template == "tools" and choose_admissible:
+        raise LeaderboardError("--choose-admissible answers prompts with an admissible action; --prompt tools asks "
+                               "for tool calls: use one or the other")
     text = str(text).strip()
     request = PolicyRequest(text, env_id, device=device, seed=seed, temperature=temperature,
                             max_new_tokens=max_new_tokens, top_p=top_p, name=name, template=template,
@@ -184,18 +200,38 @@ def resolve_policy(text: str, env_id: str, *, device: str = "auto", seed: int = 
         loaded = _load_path_or_hub(request)
     if template != "default":
         if loaded.kind not in LLM_KINDS:
+            loaded.close()
             raise LeaderboardError(f"--prompt {template} is for LLM policies; {loaded.spec!r} is a {loaded.kind} policy")
+        if template == "tools" and "messages" not in loaded.policy.needs_context:
+            loaded.close()
+            raise LeaderboardError(f"--prompt tools plays a chat with tool calls, and {loaded.spec!r} (a {loaded.kind} "
+                                   "policy) answers prompt strings only (its needs_context has no 'messages')")
+        settings = _tools_settings(loaded, max_observation_tokens) if template == "tools" else {}
         label = loaded.name if name is not None else f"{loaded.name}, {template} prompt"
-        prompt = None if loaded.prompt is None else _in_template(loaded.prompt, template)
-        loaded = replace(loaded, template=template, prompt=prompt, name=label)
+        prompt = None if loaded.prompt is None else _in_template(loaded.prompt, template, settings)
+        loaded = replace(loaded, template=template, prompt=prompt, name=label, template_settings=settings)
     return _choosing(loaded, env_id, custom_name=name is not None) if choose_admissible else loaded
 
 
-def _in_template(prompt: PromptConfig, template: str) -> PromptConfig:
-    """``prompt`` in another template, keeping only what that template reads."""
+def _in_template(prompt: PromptConfig, template: str, settings: dict[str, Any] | None = None) -> PromptConfig:
+    """``prompt`` in another template, keeping only what that template reads, with ``settings`` on top."""
     reads = PROMPT_TEMPLATES[template].reads
     kept = {k: v for k, v in prompt.record().items() if k in reads and k != "template"}
-    return PromptConfig(template=template, **kept)
+    return PromptConfig(template=template, **{**kept, **(settings or {})})
+
+
+def _tools_settings(loaded: LoadedPolicy, max_observation_tokens: int | None) -> dict[str, Any]:
+    """The tools prompt's cut: ``max_observation_tokens`` of a model folder's own tokenizer (TRL's recipe cuts in
+    the policy's tokens), else UTF-8 bytes."""
+    settings: dict[str, Any] = {}
+    if max_observation_tokens is not None:
+        if isinstance(max_observation_tokens, bool) or not isinstance(max_observation_tokens, int) \
+                or max_observation_tokens < 16:
+            raise LeaderboardError(f"--max-observation-tokens must be an integer >= 16, got {max_observation_tokens!r}")
+        settings["max_observation_tokens"] = max_observation_tokens
+    if loaded.kind == "hf" and loaded.details.get("path"):
+        settings["observation_tokenizer"] = str(loaded.details["path"])
+    return settings
 
 
 def __getattr__(name: str) -> Any:
@@ -389,6 +425,9 @@ def _command_env(env_id: str) -> bool:
 
 def _llm_sampling(req: PolicyRequest) -> SamplingParams:
     command = _command_env(req.env_id)
+    if req.template == "tools":  # a reply ends at its end of turn, as in TRL: no stop strings
+        return SamplingParams(max_new_tokens=req.max_new_tokens or TOOLS_MAX_NEW_TOKENS,
+                              temperature=req.llm_temperature, top_p=req.top_p, seed=req.seed)
     default = PAPER_MAX_NEW_TOKENS if req.template == "paper" else (32 if command else 96)
     return SamplingParams(
         max_new_tokens=req.max_new_tokens or default, temperature=req.llm_temperature, top_p=req.top_p,

@@ -26,6 +26,9 @@ DECODERS: tuple[str, ...] = get_args(Decoder)
 if TYPE_CHECKING:  # the interface itself needs no torch: reference policies run without it
     import torch
 
+#: The context keys of a policy that answers chat conversations (see ``Policy``).
+CHAT_CONTEXT: tuple[str, ...] = ("messages", "tools", "last_ids")
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -170,8 +173,18 @@ class Policy(Protocol):
       attribute is true stops a whole leaderboard run (a wrong key, model or address).
     - ``needs_context``: the context keys ``generate`` reads: ``admissible_actions``,
       ``expert_action``, ``observation`` (the env's own), ``task`` (the first observation),
-      ``episode`` (the env's index in the round), or any env info key (``instruction``).
-      Empty: the prompt is all it sees.
+      ``episode`` (the env's index in the round), ``last_ids`` (the token ids of the
+      episode's previous generation, its ``prompt_ids + response_ids``; empty at the first
+      step), or any env info key (``instruction``).  Empty: the prompt is all it sees.
+    - Chats: a policy whose ``needs_context`` lists ``messages`` (and ``tools``; an
+      in-process model also ``last_ids``: ``CHAT_CONTEXT``) answers chat conversations.
+      When a row's context has ``messages`` (the ``tools`` prompt template keeps the
+      episode as chat messages, the tools' JSON schemas in ``tools``), the policy answers
+      those messages, rendered with the tools by its chat template with the generation
+      prompt, not the prompt string (the same chat as plain text, for policies that read
+      text).  The reply's tool calls come back in its text as ``<tool_call>{"name": ...,
+      "arguments": {...}}</tool_call>`` (``integrations.tools.render_calls``).  The
+      leaderboard's ``tools`` prompt refuses a policy that does not list ``messages``.
     - ``concurrent``: True when every prompt of a step should go in one call however many
       (a served model, which overlaps its requests); False lets a caller cut a step into
       batches (the leaderboard's ``--batch-size``).

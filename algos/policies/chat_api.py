@@ -29,6 +29,10 @@ string it left out gets that closing tag back, and reasoning a server returned
 apart (``reasoning_content``) goes back in ``<think> </think>`` before the reply, so
 every server's reply reads as the in-process policy's would.  Token counts, the served model id and the system
 fingerprint of each reply come back with it.
+
+A chat (the ``tools`` prompt template's context: ``messages``, ``tools``) goes as those
+messages and tools; the calls of the reply come back in its text as
+``<tool_call>{...}</tool_call>``, as the in-process policy writes them.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from typing import Any, Sequence
 
 from gigpo_gym.algos.policies.base import Generation, Policy, SamplingParams
 from gigpo_gym.core.env import derive_seed
+from gigpo_gym.integrations.tools import render_calls
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +98,9 @@ class ChatAPIPolicy(Policy):
 
     #: The leaderboard sends every active episode of a step in one call.
     concurrent = True
-    #: The row's episode index seeds its request (a resumed run asks the same).
-    needs_context = ("episode",)
+    #: The row's episode index seeds its request (a resumed run asks the same); a chat (the tools prompt) goes as
+    #: its messages and tools, and the reply's tool calls come back as ``<tool_call>`` text.
+    needs_context = ("episode", "messages", "tools")
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str = DEFAULT_KEY_ENV,
                  max_concurrency: int = 8, max_retries: int = 5, request_timeout: float = 120.0,
@@ -170,7 +176,8 @@ class ChatAPIPolicy(Policy):
         if sampling.seed is not None:
             keys = [c.get("episode", i) if c else i for i, c in enumerate(contexts or [None] * len(prompts))]
             seeds = [derive_seed(sampling.seed, int(k)) for k in keys]
-        return self._call(self._generate_all(list(prompts), sampling, seeds))
+        chats = [c if c and c.get("messages") else None for c in (contexts or [None] * len(prompts))]
+        return self._call(self._generate_all(list(prompts), sampling, seeds, chats=chats))
 
     def close(self) -> None:
         if self._loop.is_closed():
@@ -184,14 +191,15 @@ class ChatAPIPolicy(Policy):
 
     # -- requests ------------------------------------------------------------------------
     async def _generate_all(self, prompts: list[str], sampling: SamplingParams, seeds: list[int | None],
-                            starting: bool = False) -> list[ChatGeneration]:
+                            starting: bool = False, chats: list[dict[str, Any] | None] | None = None
+                            ) -> list[ChatGeneration]:
         gate = asyncio.Semaphore(self.max_concurrency)
 
-        async def one(prompt: str, seed: int | None) -> ChatGeneration:
+        async def one(prompt: str, seed: int | None, chat: dict[str, Any] | None) -> ChatGeneration:
             async with gate:
-                return await self._request(prompt, sampling, seed, starting)
+                return await self._request(prompt, sampling, seed, starting, chat)
 
-        tasks = [asyncio.ensure_future(one(p, s)) for p, s in zip(prompts, seeds)]
+        tasks = [asyncio.ensure_future(one(p, s, c)) for p, s, c in zip(prompts, seeds, chats or [None] * len(prompts))]
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         finally:  # after a fatal error (or Ctrl-C) the other requests are cancelled, not left running
@@ -203,12 +211,15 @@ class ChatAPIPolicy(Policy):
                 raise task.exception()
         return [task.result() for task in tasks]
 
-    async def _request(self, prompt: str, sampling: SamplingParams, seed: int | None, starting: bool) -> ChatGeneration:
-        messages = [{"role": "user", "content": prompt}]
+    async def _request(self, prompt: str, sampling: SamplingParams, seed: int | None, starting: bool,
+                       chat: dict[str, Any] | None = None) -> ChatGeneration:
+        messages = [{"role": "user", "content": prompt}] if chat is None else _api_messages(chat["messages"])
         if self.system_prompt:
             messages.insert(0, {"role": "system", "content": self.system_prompt})
         params: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": sampling.temperature,
                                   "top_p": sampling.top_p, "max_tokens": sampling.max_new_tokens}
+        if chat is not None and chat.get("tools"):
+            params["tools"] = chat["tools"]
         if sampling.stop:
             params["stop"] = list(sampling.stop)
         if seed is not None:
@@ -262,6 +273,10 @@ class ChatAPIPolicy(Policy):
             reasoning = getattr(message, "reasoning_content", None) or getattr(message, "reasoning", None)
             if isinstance(reasoning, str) and reasoning and "<think>" not in (text or ""):
                 text = f"<think>{reasoning}</think>{text or ''}"
+            calls = [{"name": c.function.name, "arguments": _arguments(c.function.arguments)}
+                     for c in getattr(message, "tool_calls", None) or []]
+            if calls:  # a chat's reply: its calls as the text the tools prompt reads
+                text = render_calls(text or "", calls)
             if not isinstance(text, str):
                 raise TypeError(f"message content is {type(text).__name__}")
         except (AttributeError, IndexError, KeyError, TypeError) as e:
@@ -299,6 +314,35 @@ class ChatAPIPolicy(Policy):
         except Exception:  # the list is a hint only; many servers do not have it
             hint = " (check --base-url: it usually ends in /v1)"
         return f"the server at {self.base_url} does not serve model {self.model!r} (404: {text}){hint}"
+
+
+def _api_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A chat in the Chat Completions format: calls with ids and JSON-text arguments, each tool message answering
+    the next call (TRL's chat answers a reply's calls in order)."""
+    out: list[dict[str, Any]] = []
+    waiting: list[str] = []
+    for m in messages:
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            ids = [f"call_{len(out)}_{k}" for k in range(len(m["tool_calls"]))]
+            out.append({"role": "assistant", "content": m.get("content") or None, "tool_calls": [
+                {"id": i, "type": "function", "function": {"name": c["function"]["name"],
+                                                           "arguments": json.dumps(c["function"]["arguments"])}}
+                for i, c in zip(ids, m["tool_calls"])]})
+            waiting = ids
+        elif m["role"] == "tool":
+            out.append({"role": "tool", "tool_call_id": waiting.pop(0) if waiting else "call_none",
+                        "content": m["content"]})
+        else:
+            out.append({"role": m["role"], "content": m["content"]})
+    return out
+
+
+def _arguments(text: Any) -> Any:
+    """A call's arguments as the server wrote them: JSON text read as JSON, else kept (the call then fails as in TRL)."""
+    try:
+        return json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        return text
 
 
 class _Malformed(ValueError):

@@ -20,7 +20,9 @@ import torch
 from torch import nn
 
 from gigpo_gym.algos.policies import decode
-from gigpo_gym.algos.policies.base import ATTENTION, DECODERS, ChoiceBatch, Generation, SamplingParams, TokenBatch, TokenScores
+from gigpo_gym.algos.policies.base import (
+    ATTENTION, CHAT_CONTEXT, DECODERS, ChoiceBatch, Generation, SamplingParams, TokenBatch, TokenScores,
+)
 from gigpo_gym.registration import missing_extra_error
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -224,6 +226,33 @@ class HFPolicy(nn.Module):
             ids = self.tokenizer(prompt + self.response_prefix)["input_ids"]
         return list(ids[-self.max_prompt_tokens :])
 
+    def encode_chat(self, context: dict[str, Any]) -> list[int]:
+        """Token ids of a chat context (``messages``, ``tools``, ``last_ids``: ``Policy``'s chat contract), as
+        TRL's multi-turn loop builds them, so a model trained there sees the same tokens.
+
+        The first turn is the messages rendered with the tools and the generation prompt;
+        a later one is the previous turn's ids (``last_ids``: prompt and reply as
+        generated) followed by the tokens of the tool messages since (``tool_suffix_ids``).
+        Without ``last_ids`` the whole chat is rendered.  Never cut: a chat over
+        ``max_prompt_tokens`` ends its episode (``generate``).  The chat template is
+        ``chat.tool_chat``'s: the tokenizer's when it carries a response parser, else
+        ``with_tool_template``'s.
+        """
+        from gigpo_gym.integrations.chat import tool_chat, tool_suffix_ids
+
+        template, _ = tool_chat(self.tokenizer)
+        messages, last = list(context["messages"]), list(context.get("last_ids") or [])
+        tail = 0
+        while tail < len(messages) and messages[-1 - tail]["role"] == "tool":
+            tail += 1
+        if last and tail:
+            return last + tool_suffix_ids(self.tokenizer, messages[-tail:], template)
+        if self.system_prompt and messages[0]["role"] != "system":
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        return list(self.tokenizer.apply_chat_template(messages, tools=context.get("tools") or None,
+                                                       add_generation_prompt=True, tokenize=True, return_dict=False,
+                                                       chat_template=template))
+
     def encode_answer(self, command: str) -> list[int]:
         """Token ids of the full answer ``<action>command</action>`` + eos, after ``response_prefix``."""
         answer = f"<action>{command}</action>"[len(self.response_prefix):]
@@ -241,8 +270,9 @@ class HFPolicy(nn.Module):
 
     @property
     def needs_context(self) -> tuple[str, ...]:
-        """What the rollout must pass to ``generate`` (the admissible actions, to choose among)."""
-        return ("admissible_actions",) if self.choose_admissible else ()
+        """What the rollout must pass to ``generate``: the admissible actions, to choose among; else what a chat
+        needs (``CHAT_CONTEXT``: a row whose context has ``messages`` is answered as a chat, ``encode_chat``)."""
+        return ("admissible_actions",) if self.choose_admissible else CHAT_CONTEXT
 
     def close(self) -> None:
         """Nothing to release: the model's memory goes with the policy."""
@@ -255,13 +285,19 @@ class HFPolicy(nn.Module):
 
         With ``choose_admissible`` the response is instead one of the row's admissible
         actions (``contexts[i]["admissible_actions"]``), drawn from the model's own
-        likelihoods of the candidate answers (see ``_choose``).
+        likelihoods of the candidate answers (see ``_choose``).  A row whose context has
+        ``messages`` is a chat (``_chat``).
         """
         if not prompts:
             return []
         was_training = self.training
         self.eval()
         try:  # generation computes in compute_dtype as the update does (bf16 on GPUs, not float32)
+            chats = [c if c and c.get("messages") else None for c in (contexts or [None] * len(prompts))]
+            if any(chats):
+                if self.choose_admissible:
+                    raise ValueError("choose_admissible answers prompt strings with an admissible action, not a chat")
+                return self._chat(prompts, chats, sampling)
             prompt_ids = [self.encode_prompt(p) for p in prompts]
             if self.choose_admissible:
                 if contexts is None or len(contexts) != len(prompts):
@@ -271,6 +307,34 @@ class HFPolicy(nn.Module):
                 return self._generate(prompt_ids, sampling)
         finally:
             self.train(was_training)
+
+    def _chat(self, prompts: Sequence[str], chats: list[dict[str, Any] | None], sampling: SamplingParams) -> list[Generation]:
+        """Answer each chat row (``encode_chat``) and any plain one; a chat's reply text is its parsed message
+        (``chat.parse_reply``, TRL's reading) written back with ``tools.render_calls``.
+
+        A chat longer than ``max_prompt_tokens`` gets no reply: a ``Generation`` with
+        ``error`` and ``error_status="truncated"`` ends its episode, as a conversation
+        over TRL's completion budget ends there.
+        """
+        from gigpo_gym.integrations.chat import parse_reply, tool_chat
+        from gigpo_gym.integrations.tools import render_calls
+
+        ids = [self.encode_chat(c) if c else self.encode_prompt(p) for p, c in zip(prompts, chats)]
+        fit = [i for i, x in enumerate(ids) if len(x) <= self.max_prompt_tokens]
+        with self.compute():
+            answers = dict(zip(fit, self._generate([ids[i] for i in fit], sampling) if fit else []))
+        _, parser = tool_chat(self.tokenizer)
+        out = []
+        for i, (row, chat) in enumerate(zip(ids, chats)):
+            if i not in answers:
+                out.append(Generation("", row, [], [], finished=False, error_status="truncated",
+                                      error=f"the chat has {len(row)} tokens, over max_prompt_tokens={self.max_prompt_tokens}"))
+                continue
+            g = answers[i]
+            if chat is not None:
+                g.text = render_calls(*parse_reply(self.tokenizer, g.response_ids, row, chat.get("tools") or None, parser))
+            out.append(g)
+        return out
 
     def _choose(self, prompt_ids: list[list[int]], options: list[list[str]], sampling: SamplingParams,
                 tokens_per_pass: int = 6144) -> list[Generation]:

@@ -383,6 +383,10 @@ class TrainConfig:
         if not self.collective_timeout_s > 0:
             raise ConfigError(f"collective_timeout_s must be > 0, got {self.collective_timeout_s}")
         e, o = self.env, self.optim
+        if self.prompt.template == "tools":  # the SFT warm start and the update read prompt strings, not chats
+            raise ConfigError("prompt.template 'tools' is TRL's tool-calling chat, for evaluating a model trained "
+                              "with TRL (gigpo_gym.integrations.trl; the leaderboard's --prompt tools): the trainer "
+                              "trains on prompt strings, with the 'default' or 'paper' template")
         if "observation_mode" in e.kwargs:  # how the policy sees the env belongs to its prompt
             if self.prompt.observation_mode not in (None, e.kwargs["observation_mode"]):
                 raise ConfigError(f"env.kwargs.observation_mode ({e.kwargs['observation_mode']!r}) and "

@@ -222,23 +222,27 @@ def info_at(infos: dict[str, Any], key: str, index: int, default: Any = None) ->
 
 
 #: The context keys every row can have (any other key a policy asks for is read from the env's info).
-CONTEXT_KEYS = ("admissible_actions", "expert_action", "observation", "task", "episode")
+CONTEXT_KEYS = ("admissible_actions", "expert_action", "observation", "task", "episode", "last_ids")
 
 
 def step_contexts(wanted: Sequence[str], envs: Any, infos: dict[str, Any], rows: Sequence[int], tasks: Sequence[str],
-                  expert_kwargs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                  expert_kwargs: dict[str, Any] | None = None,
+                  last_ids: Sequence[list[int]] | None = None) -> list[dict[str, Any]]:
     """What a policy receives with each prompt (``Policy.needs_context``): one dict per row in ``rows``.
 
     ``admissible_actions``, ``observation`` (the env's own, before the prompt), ``task`` (the
     episode's first observation), ``episode`` (the env's index in the round),
-    ``expert_action`` (``env.expert_action(**expert_kwargs)``, asked only when wanted) and
-    any other wanted key read from the env's info (e.g. WebShop's ``instruction``).
+    ``expert_action`` (``env.expert_action(**expert_kwargs)``, asked only when wanted),
+    ``last_ids`` (env ``i``'s previous generation's prompt and response ids, ``last_ids[i]``;
+    [] without) and any other wanted key read from the env's info (e.g. WebShop's
+    ``instruction``, the ``tools`` template's ``messages`` and ``tools``).
     """
     experts = envs.call("expert_action", **dict(expert_kwargs or {})) if "expert_action" in wanted else None
     extra = sorted(set(wanted) - set(CONTEXT_KEYS))
     return [{"admissible_actions": list(info_at(infos, "admissible_actions", i, []) or []),
              "expert_action": experts[i] if experts is not None else None,
              "observation": str(info_at(infos, "observation", i, "")), "task": tasks[i], "episode": i,
+             "last_ids": list(last_ids[i]) if last_ids is not None else [],
              **{k: info_at(infos, k, i) for k in extra}} for i in rows]
 
 
@@ -281,6 +285,7 @@ def collect(
     skipped = {i for i in range(n) if info_at(infos, "skipped", i, False)}
     active = np.array([i not in skipped for i in range(n)], dtype=bool)
     visited = [{str(info_at(infos, "anchor", i, ""))} for i in range(n)]  # states each episode has been in
+    last_ids: list[list[int]] = [[] for _ in range(n)]  # each episode's previous prompt + reply tokens
 
     def end(i: int, status: str, error: str | None = None) -> None:
         ep = out.episodes[i]
@@ -306,12 +311,15 @@ def collect(
         step_sampling = sampling.for_call(*call_keys, step)
         gens: Sequence[Generation] = (
             policy.generate(prompts, step_sampling) if not wanted
-            else policy.generate(prompts, step_sampling, step_contexts(wanted, envs, infos, playing, tasks, expert_kwargs))
+            else policy.generate(prompts, step_sampling,
+                                 step_contexts(wanted, envs, infos, playing, tasks, expert_kwargs, last_ids))
         )
         out.generate_seconds += time.perf_counter() - t0
         actions = [""] * n
         for i, g in zip(playing, gens):
             out.episodes[i].add_usage(g)
+            if "last_ids" in wanted:
+                last_ids[i] = list(g.prompt_ids) + list(g.response_ids)
             if g.error:  # a served model's request that failed for good, or a policy exception (leaderboard)
                 end(i, g.error_status, f"policy: {g.error}")
             else:

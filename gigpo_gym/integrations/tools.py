@@ -11,8 +11,10 @@ the leaderboard's ``tools`` prompt all read these, so a model sees one conversat
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from gigpo_gym.registration import NAMESPACE, env_spec
 
@@ -26,6 +28,10 @@ class Family:
     tools: dict[str, tuple[str, str]]
     #: what the first user message says before the env's first observation
     instructions: str
+
+    def first_message(self, observation: str) -> str:
+        """The first user message of an episode: the instructions, then the env's first observation."""
+        return self.instructions + "\n\n" + observation
 
     def action(self, tool: str, value: str) -> str:
         """The env action of ``tool(value)``."""
@@ -91,3 +97,38 @@ _WHITESPACE = re.compile(r"\s+")
 def one_line(text: str) -> str:
     """Collapse white space, as the env parsers do, so an argument cannot break the action's format."""
     return _WHITESPACE.sub(" ", text).strip()
+
+
+_CALL = re.compile(r"<tool_call>(.*?)</tool_call>\s*", re.DOTALL)
+
+
+def render_calls(content: str, calls: list[dict[str, Any]]) -> str:
+    """A reply as text: ``content``, then each call ``{"name", "arguments"}`` as ``<tool_call>{...}</tool_call>``.
+
+    The form ``chat.TOOL_CHAT_TEMPLATE`` writes; ``parse_calls`` reads it back.
+    """
+    return content + "".join("<tool_call>" + json.dumps({"name": c["name"], "arguments": c["arguments"]},
+                                                        ensure_ascii=False) + "</tool_call>" for c in calls)
+
+
+def parse_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
+    """(content, calls) of a reply written as ``render_calls`` writes it.
+
+    As TRL reads a reply whose calls do not parse: one block that is not a JSON object
+    with a string ``name``, or a ``<tool_call>`` never closed, makes the whole reply plain
+    text, without calls.  Missing ``arguments`` are ``{}`` (TRL's rule too); arguments of
+    the wrong type are kept, so the call fails as it does in TRL.
+    """
+    if "<tool_call>" in _CALL.sub("", text):
+        return text, []
+    calls = []
+    for block in _CALL.findall(text):
+        try:
+            call = json.loads(block)
+        except ValueError:
+            return text, []
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            return text, []
+        arguments = call.get("arguments")
+        calls.append({"name": call["name"], "arguments": {} if arguments is None else arguments})
+    return (_CALL.sub("", text) if calls else text), calls

@@ -35,7 +35,7 @@ from gigpo_gym.algos.estimators.registry import algorithm_class  # noqa: E402
 from gigpo_gym.core.env import derive_seed  # noqa: E402
 from gigpo_gym.integrations.chat import TOOL_CHAT_TEMPLATE, response_template  # noqa: E402
 from gigpo_gym.integrations.tools import family_of  # noqa: E402
-from gigpo_gym.integrations.trl_env import StepRecord, ToolEnvironment, environment_class  # noqa: E402, F401
+from gigpo_gym.integrations.trl_env import StepRecord, ToolEnvironment, environment_class, tool_schemas  # noqa: E402, F401
 
 logger = logging.getLogger(__name__)
 ANCHOR_MODES = ("state", "observation")
@@ -88,7 +88,7 @@ def task_dataset(env_id: str, split: str = "train", n: int | None = None, seed: 
         seeds = [derive_seed(seed, i) for i in range(n)]
         task_ids = [env.reset(seed=s)[1]["task_id"] for s in seeds]
     env.close()
-    prompt = [{"role": "user", "content": family.instructions + "\n\n"}]
+    prompt = [{"role": "user", "content": family.first_message("")}]
     return Dataset.from_dict({"prompt": [prompt] * len(seeds), "seed": seeds, "task_id": [str(t) for t in task_ids]})
 
 
@@ -102,14 +102,14 @@ def expert_conversations(env_id: str, split: str = "train", n: int = 100, seed: 
     stops).  For TRL's ``SFTTrainer`` (``assistant_only_loss=True`` trains the replies only).
     """
     from datasets import Dataset
-    from transformers.utils import get_json_schema
 
     tasks = task_dataset(env_id, split, n, seed, **env_kwargs)
     env = environment_class(env_id, tokenizer=tokenizer, max_observation_tokens=max_observation_tokens,
                             split=split, **env_kwargs)()
     family = env.family
-    # JSON text, as datasets would otherwise merge the different tools' (and calls') fields into one struct
-    tools = json.dumps([get_json_schema(getattr(env, name)) for name in family.tools])
+    # in TRL's order (GRPOTrainer lists them so); JSON text, as datasets would otherwise merge the different
+    # tools' (and calls') fields into one struct
+    tools = json.dumps(tool_schemas(env))
     rows = []
     for row in tasks:
         first = env.reset(seed=row["seed"], task_id=row["task_id"])

@@ -16,12 +16,13 @@ before the env steps, instead of TRL dropping a result the model never sees.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import gymnasium as gym
 
-from gigpo_gym.integrations.tools import Family, family_of, one_line
+from gigpo_gym.integrations.tools import FAMILIES, Family, family_of, one_line
 
 #: Appended where an observation was cut to ``max_observation_tokens``.
 CUT_MARK = " [... cut]"
@@ -73,11 +74,12 @@ class ToolEnvironment:
     max_observation_tokens: int = 512
     list_actions: bool = True
 
-    def __init__(self) -> None:
+    def __init__(self, env: gym.Env | None = None) -> None:
+        """``env``: play this env instead of making one from ``env_id`` (the ``tools`` prompt template's case)."""
         from gigpo_gym.wrappers import AnchorKey
 
         # the observation-mode wrapper keeps the env's state anchor in info["state_anchor"]
-        self._env = AnchorKey(gym.make(self.env_id, **self.env_kwargs), mode="observation")
+        self._env = AnchorKey(gym.make(self.env_id, **self.env_kwargs) if env is None else env, mode="observation")
         self._budget: Budget | None = None
         self._info: dict[str, Any] | None = None
         self._steps: list[StepRecord] = []
@@ -114,6 +116,11 @@ class ToolEnvironment:
         """The current state's anchors (``state``, ``observation``) and observation text (``text``)."""
         info = self._require_info()
         return {"state": info["state_anchor"], "observation": info["anchor"], "text": info["anchor_text"]}
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The env's info of the current state (of the last env step, else of the reset)."""
+        return self._require_info()
 
     @property
     def task_id(self) -> str:
@@ -281,13 +288,58 @@ def environment_class(
     to each observation (ALFWorld, WebShop).
     """
     family = family_of(env_id)
+    cls = tool_class(family, tokenizer=tokenizer, max_observation_tokens=max_observation_tokens,
+                     list_actions=list_actions, env_id=env_id, env_kwargs=env_kwargs)
+    gym.make(env_id, **env_kwargs).close()  # a bad id or keyword fails here, not in the first rollout
+    return cls
+
+
+def tool_class(family: Family | str, *, tokenizer: Any = None, max_observation_tokens: int = 512,
+               list_actions: bool = True, env_id: str = "", env_kwargs: dict[str, Any] | None = None
+               ) -> type[ToolEnvironment]:
+    """The ``ToolEnvironment`` class of ``family`` with these settings (``environment_class`` without the env check).
+
+    Without ``env_id`` its instances play the env they are given (``cls(env)``).
+    """
+    family = FAMILIES[family] if isinstance(family, str) else family
     if isinstance(max_observation_tokens, bool) or not isinstance(max_observation_tokens, int) or max_observation_tokens < 16:
         raise ValueError(f"max_observation_tokens must be an int >= 16, got {max_observation_tokens!r}")
     if tokenizer is not None and not (callable(getattr(tokenizer, "encode", None)) and callable(getattr(tokenizer, "decode", None))):
         raise TypeError(f"tokenizer must have encode() and decode() (a transformers tokenizer), got {type(tokenizer).__name__}")
-    gym.make(env_id, **env_kwargs).close()  # a bad id or keyword fails here, not in the first rollout
-    name = env_id.split("/")[-1].split("-v")[0].replace("-", "") + "Environment"
-    attributes = {"env_id": env_id, "env_kwargs": dict(env_kwargs), "family": family, "tokenizer": tokenizer,
+    base = TOOL_CLASSES[family.name]
+    name = (env_id.split("/")[-1].split("-v")[0].replace("-", "") + "Environment") if env_id else base.__name__
+    attributes = {"env_id": env_id, "env_kwargs": dict(env_kwargs or {}), "family": family, "tokenizer": tokenizer,
                   "max_observation_tokens": max_observation_tokens, "list_actions": bool(list_actions),
-                  "__doc__": f"{env_id} as a TRL environment: tools {', '.join(family.tools)}."}
-    return type(name, (TOOL_CLASSES[family.name],), attributes)
+                  "__doc__": f"{env_id or family.name} as a TRL environment: tools {', '.join(family.tools)}."}
+    return type(name, (base,), attributes)
+
+
+def tool_methods(env: ToolEnvironment) -> list[Callable[..., str]]:
+    """The env's tools as TRL's ``GRPOTrainer`` lists them: its public methods but ``reset`` and
+    ``get_reward``, by name (so the prompt's tool list is in that order too)."""
+    return [getattr(env, name) for name, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)
+            if not name.startswith("_") and name not in ("reset", "get_reward")]
+
+
+def tool_schemas(env: ToolEnvironment) -> list[dict[str, Any]]:
+    """The JSON schemas of ``tool_methods(env)``, as transformers renders them into the chat template."""
+    try:
+        from transformers.utils import get_json_schema
+    except ImportError as e:  # pragma: no cover - depends on the install
+        from gigpo_gym.registration import missing_extra_error
+
+        raise missing_extra_error("train", "the tool schemas of the tools prompt") from e
+    return [get_json_schema(method) for method in tool_methods(env)]
+
+
+def run_call(env: ToolEnvironment, name: str, arguments: Any) -> str:
+    """One tool call as TRL's multi-turn loop runs it: the tool's answer, or TRL's error text (an unknown
+    tool, arguments the tool does not take) as the tool message's content."""
+    tools = {method.__name__: method for method in tool_methods(env)}
+    try:
+        if name not in tools:
+            raise ValueError(f"Tool {name} not found.")
+        result: Any = tools[name](**arguments)
+    except Exception as error:  # what TRL does: the error goes back to the model
+        result = {"error": str(error)}
+    return str(result)
