@@ -151,7 +151,8 @@ def test_a_leaderboard_run_with_tools_gives_bench_evaluates_em_per_question(tiny
                               eval_questions=0)
     reference = bench.evaluate(args, model, task_ids=sorted(board))["em"]
     assert board == reference
-    assert sum(board.values()) >= 1  # some answers are right: equal EMs are not all zeros
+    # the equality is not of empty episodes: the model's calls were run (a search, then an answer)
+    assert sum(e["steps"] >= 2 for e in result["episodes"]) >= len(board) // 2
 
 
 def _bench():
