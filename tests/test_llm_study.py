@@ -50,6 +50,11 @@ def test_the_study_skips_every_finished_stage_and_redoes_only_what_is_missing(tm
         assert (root / name / "eval.json").is_file(), name
     assert not list(root.glob("seed0-*/checkpoints/iter-*/optimizer.pt"))  # finished runs keep weights only
     assert (root / "seed0-grpo" / "checkpoints" / "iter-000001" / "policy.safetensors").is_file()
+    from gigpo_gym.algos.leaderboard.policies import resolve_policy
+
+    loaded = resolve_policy(str(root / "seed0-grpo"), "gigpo_gym/SearchQA-v0", device="cpu")  # the leaderboard's rows
+    assert loaded.details["algo"] == "grpo" and loaded.details["iteration"] >= 1
+    loaded.close()
     validation = json.loads((root / "validation" / "tasks.json").read_text())["task_ids"]
     test = [e["task_id"] for e in json.loads((root / "seed0-grpo" / "eval.json").read_text())["episodes"]]
     assert len(validation) == 2 and not set(validation) & set(test)

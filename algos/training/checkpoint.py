@@ -156,7 +156,8 @@ def _previous_hint(folder: Path) -> str:
     return ""
 
 
-def _check(folder: Path) -> dict[str, Any]:
+def _check(folder: Path, files: tuple[str, ...] = _REQUIRED) -> dict[str, Any]:
+    """The trainer state of ``folder`` once each of ``files`` is there and matches the manifest."""
     if not folder.is_dir():
         raise CheckpointError(f"checkpoint folder {folder} does not exist")
     manifest = folder / MANIFEST_FILE
@@ -166,7 +167,7 @@ def _check(folder: Path) -> dict[str, Any]:
         digests = json.loads(manifest.read_text())
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{manifest} is corrupted ({e})") from None
-    for name in _REQUIRED:
+    for name in files:
         path = folder / name
         if name not in digests or not path.is_file():
             raise CheckpointError(f"checkpoint file {path} is missing")
@@ -175,12 +176,13 @@ def _check(folder: Path) -> dict[str, Any]:
     return json.loads((folder / STATE_FILE).read_text())
 
 
-def verify_checkpoint(folder: str | Path) -> dict[str, Any]:
+def verify_checkpoint(folder: str | Path, weights_only: bool = False) -> dict[str, Any]:
     """Check every file against the manifest; returns the trainer state.  Errors name the
-    file and the previous intact checkpoint."""
+    file and the previous intact checkpoint.  ``weights_only``: the optimiser state may be
+    gone (a finished run can drop it), as for evaluating the weights."""
     folder = Path(folder)
     try:
-        return _check(folder)
+        return _check(folder, (POLICY_FILE, STATE_FILE) if weights_only else _REQUIRED)
     except CheckpointError as e:
         raise CheckpointError(f"{e}{_previous_hint(folder)}") from None
 
@@ -212,11 +214,15 @@ def find_resumable(root: str | Path, echo: Callable[[str], Any] = print) -> Path
 def load_checkpoint(
     folder: str | Path, policy: torch.nn.Module, optimizer: Any | None = None, verify: bool = True
 ) -> dict[str, Any]:
-    """Verify (unless just done), then load weights (and optimiser state) in place; returns the trainer state."""
+    """Verify (unless just done), then load weights (and optimiser state) in place; returns the trainer state.
+
+    Without ``optimizer`` only the weights and the state must be intact: evaluating a
+    finished run needs no optimiser state.
+    """
     from safetensors.torch import load_model
 
     folder = Path(folder)
-    state = verify_checkpoint(folder) if verify else json.loads((folder / STATE_FILE).read_text())
+    state = verify_checkpoint(folder, weights_only=optimizer is None) if verify else json.loads((folder / STATE_FILE).read_text())
     try:
         missing, unexpected = load_model(policy, str(folder / POLICY_FILE), strict=False)
     except Exception as e:  # safetensors raises several types on damaged files

@@ -582,7 +582,9 @@ class Trainer:
         if self.parallel.world == 1:
             state = ckpt.load_checkpoint(folder, self.policy, self.optimizer, verify=not latest)
         else:
-            state = ckpt.load_checkpoint(folder, self.policy, None, verify=not latest)
+            if not latest:  # the optimiser state is read below: the whole checkpoint must be intact
+                ckpt.verify_checkpoint(folder)
+            state = ckpt.load_checkpoint(folder, self.policy, None, verify=False)
             self._pending_optimizer_state = torch.load(folder / ckpt.OPTIMIZER_FILE, map_location="cpu",
                                                        weights_only=True)
         self.iteration = int(state["iteration"])
