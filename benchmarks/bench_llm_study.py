@@ -32,9 +32,10 @@ rewrites them.  Each invocation appends its commit, command, machine and start t
 to ``ROOT/study.json``.
 
 A study outlasts a sitting through ``--carry DIR`` (``benchmarks/results/llm_study_runs``,
-committed; off unless given): after each stage the run root's small results files (evaluations, training
-curves, summaries, ``study.json``) are copied there, and a later sitting's command copies
-them back first, so a run whose evaluation is carried is not trained again.
+committed; off unless given): after each stage the small results files of the finished
+runs (evaluations, training curves, summaries, ``study.json``) are copied there, and a
+later sitting's command copies them back first, so a run whose evaluation is carried is
+not trained again.  An unfinished run resumes from its checkpoints under ROOT.
 """
 
 from __future__ import annotations
@@ -355,7 +356,7 @@ def plot_searchqa(result, path: Path) -> None:
         curve.plot(x, arr.mean(0), color=color, label=f"{name} (mean of {len(curves)} seeds)")
         curve.fill_between(x, arr.min(0), arr.max(0), color=color, alpha=0.2)
     curve.set_xlabel("iteration")
-    curve.set_ylabel("training-rollout EM % (sampled, T=1; band: min-max over seeds)")
+    curve.set_ylabel("training-rollout EM %\n(sampled, T=1; band: min-max over seeds)")
     curve.grid(alpha=0.3)
     curve.legend(fontsize=8)
     sft = [100 * r["sft"] for r in result["per_seed"].values()]
@@ -423,9 +424,12 @@ def write_results(args) -> None:
 CARRIED = ("study.json", "eval.json", "metrics.jsonl", "summary.json", "config.yaml", "tasks.json", "teachers.json")
 
 
-def carry(source: Path, target: Path) -> list[Path]:
-    """Copy the results files (``CARRIED``) under ``source`` to the same places under ``target``, where missing.
+def carry(source: Path, target: Path, update: bool = False) -> list[Path]:
+    """Copy the results files (``CARRIED``) of finished runs under ``source`` to the same places under ``target``.
 
+    A run is finished once its folder holds ``eval.json``; an unfinished run's files stay
+    behind (its checkpoints are what resumes it).  Files already in ``target`` are kept,
+    unless ``update`` (a sitting's results going to the carried folder) and they differ.
     A run whose evaluation is carried is not trained again; a stage that needs a run's
     weights (a seed's first run, GRPO's other settings) trains what is not carried.
     """
@@ -433,13 +437,15 @@ def carry(source: Path, target: Path) -> list[Path]:
 
     copied = []
     for path in sorted(p for p in source.rglob("*") if p.name in CARRIED and "tensorboard" not in p.parts):
-        if "checkpoints" in path.relative_to(source).parts:
+        parts = path.relative_to(source).parts
+        if "checkpoints" in parts or (path.name not in ("study.json", "tasks.json", "teachers.json")
+                                      and not (path.parent / "eval.json").is_file()):
             continue
         to = target / path.relative_to(source)
         if path.name == "study.json" and to.exists():  # both sides' invocations, once each, in order
             log = {entry["started"]: entry for entry in (_read(to) or []) + (_read(path) or [])}
             to.write_text(json.dumps([log[k] for k in sorted(log)], indent=1))
-        elif not to.exists():
+        elif not to.exists() or (update and to.read_bytes() != path.read_bytes()):
             to.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, to)
             copied.append(to)
@@ -529,7 +535,7 @@ def main(argv=None) -> None:
     for stage in args.stages:
         run_stage(args, stage)  # each ends by writing the results so far
         if args.carry:
-            carry(Path(args.root), Path(args.carry))
+            carry(Path(args.root), Path(args.carry), update=True)
 
 
 if __name__ == "__main__":

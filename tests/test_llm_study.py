@@ -91,7 +91,8 @@ def test_a_later_sitting_carries_the_results_files_over_and_does_not_train_what_
     files = {"study.json": [{"started": "2026-11-27T13:16:02+00:00", "commit": "a"}],
              "searchqa/seed0-gigpo/eval.json": {"episodes": [{"won": True}]},
              "searchqa/seed0-gigpo/metrics.jsonl": "", "searchqa/seed0-gigpo/summary.json": {},
-             "searchqa/seed0-gigpo/checkpoints/iter-000015/state.json": {}, "searchqa/seed0-gigpo/model.safetensors": ""}
+             "searchqa/seed0-gigpo/checkpoints/iter-000015/state.json": {}, "searchqa/seed0-gigpo/model.safetensors": "",
+             "searchqa/seed1-gigpo/metrics.jsonl": "", "searchqa/seed1-gigpo/config.yaml": ""}  # seed 1: unfinished
     for name, content in files.items():
         (old / name).parent.mkdir(parents=True, exist_ok=True)
         (old / name).write_text(content if isinstance(content, str) else json.dumps(content))
@@ -104,3 +105,8 @@ def test_a_later_sitting_carries_the_results_files_over_and_does_not_train_what_
     # the carried evaluation stands for the run: nothing trains (this namespace could not build a config)
     args = study.argparse.Namespace(run_root=str(new / "searchqa"))
     assert study.bench.train(args, 0, "gigpo") == {"episodes": [{"won": True}]}
+
+    # the sitting's results go back with update=True: a changed file replaces the carried one, a kept one stays
+    (new / "searchqa" / "seed0-gigpo" / "eval.json").write_text(json.dumps({"episodes": [{"won": False}]}))
+    assert [p.relative_to(old).as_posix() for p in study.carry(new, old, update=True)] == ["searchqa/seed0-gigpo/eval.json"]
+    assert json.loads((old / "searchqa" / "seed0-gigpo" / "eval.json").read_text()) == {"episodes": [{"won": False}]}
