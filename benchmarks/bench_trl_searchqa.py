@@ -107,14 +107,36 @@ def rl(args, root: Path, algo: str, warm: Path) -> Path:
     return out
 
 
+class CompletionBudget:
+    """One question's completion budget as ``GiGPOTrainer`` gives it to the env in training (``ToolEnvironment.budget``):
+    a tool result that would not fit ends the episode before the env steps."""
+
+    def __init__(self, tokenizer, prompt: list[int], completion: list[int], max_completion_length: int,
+                 max_model_len: int) -> None:
+        self.tokenizer, self.prompt, self.completion = tokenizer, prompt, completion
+        self.max_completion_length, self.max_model_len = max_completion_length, max_model_len
+
+    def completion_length(self) -> int:
+        return len(self.completion)
+
+    def fits(self, messages: list[dict[str, str]], extra_tokens: int) -> bool:
+        from gigpo_gym.integrations.chat import tool_suffix_ids
+
+        completion = len(self.completion) + len(tool_suffix_ids(self.tokenizer, messages)) + extra_tokens
+        return completion <= self.max_completion_length and len(self.prompt) + completion < self.max_model_len
+
+
 def evaluate(args, model_dir: Path, task_ids: list[str] | None = None) -> dict:
     """Greedy EM on every test question (or those of ``task_ids``), in TRL's conversation: prompt + reply tokens +
     tool-result tokens.
 
     Its own loop, not the leaderboard's ``--prompt tools``: it applies TRL's completion
-    budget (``max_completion_length``, 5 tool rounds), which binds at 160-token tool
-    results and which the episode player has no counterpart for; where the budget does
-    not bind both give the same EM per question (tests/test_tools_template.py).
+    budget as training did (``max_completion_length``, 5 tool rounds; a reply cut to what
+    is left; a tool result that would not fit ends the episode before the env steps),
+    which binds at 160-token tool results and which the episode player has no counterpart
+    for; where the budget does not bind both give the same EM per question
+    (tests/test_tools_template.py).  Each batch's answers are kept in
+    ``eval.partial.json``, so a killed evaluation goes on where it stopped.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -124,13 +146,15 @@ def evaluate(args, model_dir: Path, task_ids: list[str] | None = None) -> dict:
     from gigpo_gym.integrations.trl import environment_class, task_dataset
     from gigpo_gym.integrations.trl_env import run_call, tool_methods
 
-    out = model_dir / "eval.json"
+    out, partial = model_dir / "eval.json", model_dir / "eval.partial.json"
     if out.is_file():
         return json.loads(out.read_text())
-    start = time.time()
+    kept = json.loads(partial.read_text()) if partial.is_file() else {"results": {}, "seconds": 0.0}
+    results, start = kept["results"], time.time() - kept["seconds"]
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()
+    max_model_len = model.config.max_position_embeddings
     rows = task_dataset(ENV_ID, "test", n=None, **ENV_KWARGS)
     if task_ids is not None:
         where = {task: i for i, task in enumerate(rows["task_id"])}
@@ -139,16 +163,18 @@ def evaluate(args, model_dir: Path, task_ids: list[str] | None = None) -> dict:
         rows = rows.select(range(min(args.eval_questions, len(rows))))
     Env = environment_class(ENV_ID, tokenizer=tokenizer, max_observation_tokens=args.max_observation_tokens,
                             split="test", **ENV_KWARGS)
-    results = {}
-    for first in range(0, len(rows), args.eval_batch):
-        batch = [rows[i] for i in range(first, min(first + args.eval_batch, len(rows)))]
+    todo = [i for i in range(len(rows)) if rows[i]["task_id"] not in results]
+    for first in range(0, len(todo), args.eval_batch):
+        batch = [rows[i] for i in todo[first: first + args.eval_batch]]
         envs = [Env() for _ in batch]
         tools = [tool_methods(env) for env in envs]  # in TRL's order
         prompts, completions = [], [[] for _ in batch]
-        for env, row, tool_list in zip(envs, batch, tools):
+        for env, row, tool_list, completion in zip(envs, batch, tools, completions):
             messages = [{"role": "user", "content": row["prompt"][0]["content"] + env.reset(**row)}]
             prompts.append(tokenizer.apply_chat_template(messages, tools=tool_list, add_generation_prompt=True,
                                                          tokenize=True, return_dict=False))
+            env.budget = CompletionBudget(tokenizer, prompts[-1], completion, args.max_completion_length,
+                                          max_model_len)
         active = list(range(len(batch)))
         for _ in range(6):  # the first reply and at most 5 rounds of tool results (TRL's max_tool_calling_iterations)
             if not active:
@@ -165,6 +191,7 @@ def evaluate(args, model_dir: Path, task_ids: list[str] | None = None) -> dict:
             for i, new in zip(active, generated):
                 if tokenizer.eos_token_id in new:
                     new = new[: new.index(tokenizer.eos_token_id) + 1]
+                new = new[: args.max_completion_length - len(completions[i])]  # TRL cuts a reply to what is left
                 reply = parse_response(tokenizer, new, prefix=prompts[i] + completions[i], tools=tools[i])
                 completions[i] += new
                 calls = reply.get("tool_calls") or []
@@ -174,6 +201,8 @@ def evaluate(args, model_dir: Path, task_ids: list[str] | None = None) -> dict:
                              "content": run_call(envs[i], call["function"]["name"], call["function"]["arguments"])}
                             for call in calls]
                 suffix = tool_suffix_ids(tokenizer, messages)
+                if envs[i].done and envs[i].truncation == "completion budget":
+                    continue  # the result would not fit: the episode ended before the env stepped
                 if len(completions[i]) + len(suffix) > args.max_completion_length:
                     continue  # TRL drops a result that does not fit and stops
                 completions[i] += suffix
@@ -181,13 +210,17 @@ def evaluate(args, model_dir: Path, task_ids: list[str] | None = None) -> dict:
             active = still
         for env, row in zip(envs, batch):
             results[row["task_id"]] = {"em": env.get_reward(), "steps": len(env.steps),
-                                       "invalid": sum(not s.valid for s in env.steps)}
+                                       "invalid": sum(not s.valid for s in env.steps),
+                                       "budget_ended": env.truncation == "completion budget"}
+        partial.write_text(json.dumps({"results": results, "seconds": time.time() - start}))
         print(f"  {model_dir.name}: {len(results)}/{len(rows)} questions, EM so far "
               f"{np.mean([r['em'] for r in results.values()]):.3f}", flush=True)
     summary = {"em": {k: v["em"] for k, v in results.items()}, "seconds": time.time() - start,
                "steps_mean": float(np.mean([r["steps"] for r in results.values()])),
-               "invalid_steps": int(sum(r["invalid"] for r in results.values()))}
+               "invalid_steps": int(sum(r["invalid"] for r in results.values())),
+               "budget_ended": int(sum(r.get("budget_ended", False) for r in results.values()))}
     out.write_text(json.dumps(summary))
+    partial.unlink(missing_ok=True)
     return summary
 
 
@@ -231,7 +264,8 @@ def main() -> None:
     summary = {"points": {name: {"em": 100 * float(np.mean(list(p["em"].values()))),
                                  "se": 100 * float(np.std(list(p["em"].values()), ddof=1) / np.sqrt(len(p["em"]))),
                                  "eval_seconds": p["seconds"], "steps_mean": p["steps_mean"],
-                                 "invalid_steps": p["invalid_steps"]} for name, p in points.items()},
+                                 "invalid_steps": p["invalid_steps"], "budget_ended": p.get("budget_ended", 0)}
+                        for name, p in points.items()},
                "gains_over_sft": {name: paired(points["sft"]["em"], p["em"]) for name, p in points.items() if name != "sft"},
                "train_seconds": {name: json.loads((args.run_root / name / "done.json").read_text())["seconds"]
                                  for name in points},

@@ -155,6 +155,26 @@ def test_a_leaderboard_run_with_tools_gives_bench_evaluates_em_per_question(tiny
     assert sum(e["steps"] >= 2 for e in result["episodes"]) >= len(board) // 2
 
 
+@pytest.mark.slow
+def test_bench_evaluate_never_steps_an_env_past_the_completion_budget_and_resumes(tiny, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(tiny, model)
+    bench = _bench()
+    tasks = gym.make(bench.ENV_ID, split="test", **bench.ENV_KWARGS).unwrapped.task_ids[:6]
+    # 64 tokens: a reply, the tool suffix and a result of up to 48 tokens (+ the cut mark) cannot fit: no env may step
+    args = argparse.Namespace(max_observation_tokens=48, eval_batch=4, eval_new_tokens=48, max_completion_length=64,
+                              eval_questions=0)
+    summary = bench.evaluate(args, model, task_ids=tasks)
+    assert summary["budget_ended"] > 0 and summary["steps_mean"] == 0.0
+    # a killed evaluation keeps the answers it had (eval.partial.json) and plays only the rest
+    (model / "eval.json").unlink()
+    kept = {tasks[0]: {"em": 7.0, "steps": 1, "invalid": 0}}
+    (model / "eval.partial.json").write_text(json.dumps({"results": kept, "seconds": 3.0}))
+    again = bench.evaluate(args, model, task_ids=tasks)
+    assert again["em"][tasks[0]] == 7.0 and again["em"][tasks[1]] == summary["em"][tasks[1]]
+    assert len(again["em"]) == len(tasks) and not (model / "eval.partial.json").exists()
+
+
 def _bench():
     spec = importlib.util.spec_from_file_location("bench_trl_searchqa", ROOT / "benchmarks" / "bench_trl_searchqa.py")
     module = importlib.util.module_from_spec(spec)

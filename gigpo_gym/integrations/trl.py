@@ -234,7 +234,7 @@ class GiGPOTrainer(GRPOTrainer):
             config = self.model.config.text_config if self._is_vlm else self.model.config
             max_model_len = config.max_position_embeddings
         for i, env in enumerate(self.environments or []):
-            env._attach(_Budget(self, prompt_ids, completion_ids, i, max_model_len))
+            env.budget = _Budget(self, prompt_ids, completion_ids, i, max_model_len)
         return super()._tool_call_loop(prompts, prompt_ids, completion_ids, *args, **kwargs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):

@@ -9,7 +9,7 @@ re-exports it beside the trainer.
 
 What TRL cannot know, the class records: each env step's anchor (the state it was taken
 in), reward, validity and the generated turn it came from.  ``GiGPOTrainer`` attaches a
-budget to each instance before TRL runs the tools (``_attach``): the turn is then known,
+budget to each instance before TRL runs the tools (``budget``): the turn is then known,
 and a tool result that could not fit in the completion ends the episode as truncated
 before the env steps, instead of TRL dropping a result the model never sees.
 """
@@ -131,6 +131,15 @@ class ToolEnvironment:
         return self._done
 
     @property
+    def budget(self) -> Budget | None:
+        """What the rollout may still take; set by a trainer (or an evaluation) after ``reset``, before the tools run."""
+        return self._budget
+
+    @budget.setter
+    def budget(self, budget: Budget | None) -> None:
+        self._budget = budget
+
+    @property
     def truncation(self) -> str | None:
         """Why the episode was cut short: ``"step limit"``, ``"completion budget"``, or None."""
         return self._truncation
@@ -178,9 +187,6 @@ class ToolEnvironment:
             self._turn, self._length, self._round = self._turn + 1, length, []
         return self._turn
 
-    def _attach(self, budget: Budget | None) -> None:
-        """Called by the trainer for each rollout, after ``reset`` and before the tools run."""
-        self._budget = budget
 
     def _render(self, obs: str, info: dict[str, Any], whole: bool = False) -> str:
         """The observation (and the admissible actions) as the model reads it, cut to ``max_observation_tokens``."""
