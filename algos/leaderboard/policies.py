@@ -288,7 +288,8 @@ def _smollm2(req: PolicyRequest) -> LoadedPolicy:
 
     prefix = "<action>" if _command_env(req.env_id) and req.template == "default" else ""
     policy = HFPolicy.from_pretrained(smollm2_path(), device=req.device, response_prefix=prefix,
-                                      max_prompt_tokens=1024 if req.template == "default" else 8192,
+                                      max_prompt_tokens=1024 if req.template == "default" else _long_prompts(
+                                          smollm2_path(), req),
                                       choose_admissible=req.choose_admissible)
     return LoadedPolicy(policy, req.text, "smollm2", req.name or "SmolLM2-135M-Instruct zero-shot",
                         req.llm_temperature == 0.0, _llm_sampling(req), details={"response_prefix": prefix})
@@ -381,7 +382,8 @@ def _load_hf_folder(req: PolicyRequest, path: Path, kind_details: dict[str, Any]
         prefix = "<action>" if _command_env(req.env_id) and req.template == "default" else ""
         # the paper's prompts are long (history, actions); a served model reads them whole too
         policy = HFPolicy.from_pretrained(path, device=req.device, response_prefix=prefix,
-                                          max_prompt_tokens=2048 if req.template == "default" else 8192,
+                                          max_prompt_tokens=2048 if req.template == "default" else _long_prompts(
+                                              path, req),
                                           choose_admissible=req.choose_admissible)
     else:
         raise LeaderboardError(
@@ -421,6 +423,15 @@ def _command_env(env_id: str) -> bool:
 
     env_class = load_env_creator(env_spec(env_id).entry_point)
     return not getattr(env_class, "metadata", {}).get("action_tags")
+
+
+def _long_prompts(model: Path, req: PolicyRequest) -> int:
+    """Prompt tokens a long template (paper, tools) may use: 8192, or less where the model's positions end
+    sooner, leaving room for the reply."""
+    from transformers import AutoConfig
+
+    positions = getattr(AutoConfig.from_pretrained(str(model)), "max_position_embeddings", None)
+    return min(8192, positions - _llm_sampling(req).max_new_tokens) if positions else 8192
 
 
 def _llm_sampling(req: PolicyRequest) -> SamplingParams:

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from typing import Any, Sequence
 
-from gigpo_gym.algos.policies.base import Generation, Policy, SamplingParams
+from gigpo_gym.algos.policies.base import CHAT_CONTEXT, Generation, Policy, SamplingParams
 from gigpo_gym.core.env import derive_seed
 from gigpo_gym.registration import install_command
 
@@ -82,7 +82,9 @@ class VLLMPolicy(Policy):
     # -- the Policy interface --------------------------------------------------------------
     @property
     def needs_context(self) -> tuple[str, ...]:
-        return self.policy.needs_context
+        """The wrapped policy's keys but the chat ones: the engine is fed prompt ids only, so it answers no chats
+        (the leaderboard then refuses the ``tools`` template for it with a clear error)."""
+        return tuple(key for key in self.policy.needs_context if key not in CHAT_CONTEXT)
 
     def encode_prompt(self, prompt: str) -> list[int]:
         return self.policy.encode_prompt(prompt)
