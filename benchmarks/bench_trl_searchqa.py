@@ -7,7 +7,8 @@ iterations), in TRL's tool-calling conversation:
 1. ``sft``: TRL's ``SFTTrainer`` on the expert's transcripts as tool calls
    (``expert_conversations``), the replies only (``assistant_only_loss``);
 2. ``grpo`` and ``gigpo``: TRL's ``GRPOTrainer`` and ``GiGPOTrainer`` (omega 1, gamma 0.95)
-   from that warm start, on the same task rows and seed;
+   from that warm start, on the same task rows and seed; a reply has at most
+   ``--reply-tokens`` new tokens (``generation_kwargs``), as the recipe caps its replies;
 3. each model answers the 438 test questions, greedy, in the conversation it trained in
    (prompt tokens, its own reply tokens, the tool results' tokens: as TRL builds it).
 
@@ -87,6 +88,7 @@ def rl(args, root: Path, algo: str, warm: Path) -> Path:
         max_steps=args.iterations,
         learning_rate=args.lr, lr_scheduler_type="constant", beta=args.kl, temperature=1.0,
         max_completion_length=args.max_completion_length, max_tool_calling_iterations=5, logging_steps=1,
+        generation_kwargs={"max_new_tokens": args.reply_tokens},
         save_strategy="steps", save_steps=1, save_total_limit=1, report_to=[], use_cpu=True, bf16=False,
         gradient_checkpointing=False, seed=args.seed,
     )  # fmt: skip
@@ -184,7 +186,7 @@ def evaluate(args, model_dir: Path, task_ids: list[str] | None = None) -> dict:
             ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(x)) + x for x in inputs])
             mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in inputs])
             with torch.no_grad():
-                generated = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.eval_new_tokens,
+                generated = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=args.reply_tokens,
                                            do_sample=False, pad_token_id=tokenizer.pad_token_id,
                                            eos_token_id=tokenizer.eos_token_id)[:, width:].tolist()
             still = []
@@ -249,7 +251,9 @@ def main() -> None:
     parser.add_argument("--max-observation-tokens", type=int, default=160)
     parser.add_argument("--max-completion-length", type=int, default=768)
     parser.add_argument("--eval-batch", type=int, default=32)
-    parser.add_argument("--eval-new-tokens", type=int, default=48)
+    parser.add_argument("--reply-tokens", type=int, default=48,
+                        help="new tokens a reply may have, in RL and evaluation (the recipe caps its replies too; "
+                             "uncapped, one rambling reply holds a whole generation batch for hundreds of tokens)")
     parser.add_argument("--eval-questions", type=int, default=0, help="the first N test questions (0: all 438)")
     args = parser.parse_args()
 

@@ -147,7 +147,7 @@ def test_a_leaderboard_run_with_tools_gives_bench_evaluates_em_per_question(tiny
     assert result["sampling"]["stop"] == [] and result["policy"]["name"].endswith("tools prompt")
     board = {e["task_id"]: e["final"]["em"] for e in result["episodes"]}
     bench = _bench()
-    args = argparse.Namespace(max_observation_tokens=48, eval_batch=8, eval_new_tokens=48, max_completion_length=4096,
+    args = argparse.Namespace(max_observation_tokens=48, eval_batch=8, reply_tokens=48, max_completion_length=4096,
                               eval_questions=0)
     reference = bench.evaluate(args, model, task_ids=sorted(board))["em"]
     assert board == reference
@@ -162,7 +162,7 @@ def test_bench_evaluate_never_steps_an_env_past_the_completion_budget_and_resume
     bench = _bench()
     tasks = gym.make(bench.ENV_ID, split="test", **bench.ENV_KWARGS).unwrapped.task_ids[:6]
     # 64 tokens: a reply, the tool suffix and a result of up to 48 tokens (+ the cut mark) cannot fit: no env may step
-    args = argparse.Namespace(max_observation_tokens=48, eval_batch=4, eval_new_tokens=48, max_completion_length=64,
+    args = argparse.Namespace(max_observation_tokens=48, eval_batch=4, reply_tokens=48, max_completion_length=64,
                               eval_questions=0)
     summary = bench.evaluate(args, model, task_ids=tasks)
     assert summary["budget_ended"] > 0 and summary["steps_mean"] == 0.0
