@@ -109,25 +109,6 @@ def rl(args, root: Path, algo: str, warm: Path) -> Path:
     return out
 
 
-class CompletionBudget:
-    """One question's completion budget as ``GiGPOTrainer`` gives it to the env in training (``ToolEnvironment.budget``):
-    a tool result that would not fit ends the episode before the env steps."""
-
-    def __init__(self, tokenizer, prompt: list[int], completion: list[int], max_completion_length: int,
-                 max_model_len: int) -> None:
-        self.tokenizer, self.prompt, self.completion = tokenizer, prompt, completion
-        self.max_completion_length, self.max_model_len = max_completion_length, max_model_len
-
-    def completion_length(self) -> int:
-        return len(self.completion)
-
-    def fits(self, messages: list[dict[str, str]], extra_tokens: int) -> bool:
-        from gigpo_gym.integrations.chat import tool_suffix_ids
-
-        completion = len(self.completion) + len(tool_suffix_ids(self.tokenizer, messages)) + extra_tokens
-        return completion <= self.max_completion_length and len(self.prompt) + completion < self.max_model_len
-
-
 def evaluate(args, model_dir: Path, task_ids: list[str] | None = None) -> dict:
     """Greedy EM on every test question (or those of ``task_ids``), in TRL's conversation: prompt + reply tokens +
     tool-result tokens.
@@ -146,7 +127,7 @@ def evaluate(args, model_dir: Path, task_ids: list[str] | None = None) -> dict:
 
     from gigpo_gym.integrations.chat import tool_suffix_ids
     from gigpo_gym.integrations.trl import environment_class, task_dataset
-    from gigpo_gym.integrations.trl_env import run_call, tool_methods
+    from gigpo_gym.integrations.trl_env import CompletionBudget, run_call, tool_methods
 
     out, partial = model_dir / "eval.json", model_dir / "eval.partial.json"
     if out.is_file():
@@ -175,8 +156,9 @@ def evaluate(args, model_dir: Path, task_ids: list[str] | None = None) -> dict:
             messages = [{"role": "user", "content": row["prompt"][0]["content"] + env.reset(**row)}]
             prompts.append(tokenizer.apply_chat_template(messages, tools=tool_list, add_generation_prompt=True,
                                                          tokenize=True, return_dict=False))
-            env.budget = CompletionBudget(tokenizer, prompts[-1], completion, args.max_completion_length,
-                                          max_model_len)
+            # as GiGPOTrainer gives it in training: a result that cannot fit ends the episode before the env steps
+            env.budget = CompletionBudget(len(prompts[-1]), lambda c=completion: len(c), args.max_completion_length,
+                                          max_model_len, lambda messages: tool_suffix_ids(tokenizer, messages))
         active = list(range(len(batch)))
         for _ in range(6):  # the first reply and at most 5 rounds of tool results (TRL's max_tool_calling_iterations)
             if not active:
@@ -202,9 +184,9 @@ def evaluate(args, model_dir: Path, task_ids: list[str] | None = None) -> dict:
                 messages = [{"role": "tool", "name": call["function"]["name"],
                              "content": run_call(envs[i], call["function"]["name"], call["function"]["arguments"])}
                             for call in calls]
-                suffix = tool_suffix_ids(tokenizer, messages)
                 if envs[i].done and envs[i].truncation == "completion budget":
                     continue  # the result would not fit: the episode ended before the env stepped
+                suffix = tool_suffix_ids(tokenizer, messages)
                 if len(completions[i]) + len(suffix) > args.max_completion_length:
                     continue  # TRL drops a result that does not fit and stops
                 completions[i] += suffix

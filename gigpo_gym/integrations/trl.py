@@ -35,7 +35,8 @@ from gigpo_gym.algos.estimators.registry import algorithm_class  # noqa: E402
 from gigpo_gym.core.env import derive_seed  # noqa: E402
 from gigpo_gym.integrations.chat import TOOL_CHAT_TEMPLATE, response_template  # noqa: E402
 from gigpo_gym.integrations.tools import family_of  # noqa: E402
-from gigpo_gym.integrations.trl_env import StepRecord, ToolEnvironment, environment_class, tool_schemas  # noqa: E402, F401
+from gigpo_gym.integrations.trl_env import (  # noqa: E402, F401
+    CompletionBudget, StepRecord, ToolEnvironment, environment_class, tool_schemas)
 
 logger = logging.getLogger(__name__)
 ANCHOR_MODES = ("state", "observation")
@@ -180,24 +181,6 @@ class GiGPOConfig(GRPOConfig):
         return cls.from_config(**config)
 
 
-class _Budget:
-    """What one rollout may still take, read from TRL's live token lists (see ``trl_env.Budget``)."""
-
-    def __init__(self, trainer: GiGPOTrainer, prompt_ids: list, completion_ids: list, index: int, max_model_len: int):
-        self.trainer, self.prompt_ids, self.completion_ids, self.index = trainer, prompt_ids, completion_ids, index
-        self.max_model_len = max_model_len
-
-    def completion_length(self) -> int:
-        return len(self.completion_ids[self.index])
-
-    def fits(self, messages: list[dict[str, str]], extra_tokens: int) -> bool:
-        # the test TRL applies after the tools ran, applied before the env steps
-        suffix = len(self.trainer._get_tool_suffix_ids(messages)) + extra_tokens
-        completion = self.completion_length() + suffix
-        return (completion <= self.trainer.max_completion_length
-                and len(self.prompt_ids[self.index]) + completion < self.max_model_len)
-
-
 class GiGPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose advantages are per token: each generated turn gets the step-level estimator's
     advantage of the env step it made (GiGPO: A^E + omega * A^S of its anchor group).
@@ -234,7 +217,9 @@ class GiGPOTrainer(GRPOTrainer):
             config = self.model.config.text_config if self._is_vlm else self.model.config
             max_model_len = config.max_position_embeddings
         for i, env in enumerate(self.environments or []):
-            env.budget = _Budget(self, prompt_ids, completion_ids, i, max_model_len)
+            # the test TRL applies after the tools ran, applied before the env steps
+            env.budget = CompletionBudget(len(prompt_ids[i]), lambda i=i: len(completion_ids[i]),
+                                          self.max_completion_length, max_model_len, self._get_tool_suffix_ids)
         return super()._tool_call_loop(prompts, prompt_ids, completion_ids, *args, **kwargs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):

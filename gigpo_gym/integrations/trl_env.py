@@ -60,6 +60,25 @@ class Budget(Protocol):
         """Whether these tool messages, plus ``extra_tokens``, still fit in the completion."""
 
 
+class CompletionBudget:
+    """A ``Budget`` by TRL's rule: tool results fit while the completion stays within
+    ``max_completion_length`` and prompt + completion below ``max_model_len``.
+
+    ``completion_length`` reads the rollout's live completion (a trainer's token lists, an
+    evaluation's); ``suffix_ids`` gives the tokens tool messages add after a reply
+    (``GRPOTrainer._get_tool_suffix_ids``, or ``chat.tool_suffix_ids``).
+    """
+
+    def __init__(self, prompt_length: int, completion_length: Callable[[], int], max_completion_length: int,
+                 max_model_len: int, suffix_ids: Callable[[list[dict[str, str]]], list[int]]) -> None:
+        self.prompt_length, self.completion_length = prompt_length, completion_length
+        self.max_completion_length, self.max_model_len, self.suffix_ids = max_completion_length, max_model_len, suffix_ids
+
+    def fits(self, messages: list[dict[str, str]], extra_tokens: int) -> bool:
+        completion = self.completion_length() + len(self.suffix_ids(messages)) + extra_tokens
+        return completion <= self.max_completion_length and self.prompt_length + completion < self.max_model_len
+
+
 class ToolEnvironment:
     """Base of the classes ``environment_class`` makes; see the module docstring.
 
