@@ -15,6 +15,14 @@ iterations), in TRL's tool-calling conversation:
 Each stage writes its folder and is skipped when the folder is complete, so a killed run
 resumes (an RL stage from TRL's last checkpoint).  The summary (EM per point, paired
 differences by question, wall times) goes to ``--out``.
+
+The run outlasts a sitting through ``--carry DIR`` (``benchmarks/results/trl_searchqa_runs``,
+committed): after each stage its small files (``done.json``: the training log and wall time;
+``eval.json``: the answer per question) are copied there, and a later sitting copies them
+back first.  An RL stage whose evaluation is carried is not run again.  A warm start whose
+weights are gone is trained again (the RL stages need them) and its training log is checked
+against the carried one: on a machine like the first, the same seed and thread count give
+the same losses, so the carried evaluations still belong to it.
 """
 
 from __future__ import annotations
@@ -49,8 +57,9 @@ def sft(args, root: Path) -> Path:
     from gigpo_gym.integrations.trl import expert_conversations, with_tool_template
 
     out = root / "sft"
-    if (out / "done.json").is_file():
+    if trained(out):
         return out
+    carried = json.loads((out / "done.json").read_text()) if (out / "done.json").is_file() else None
     start = time.time()
     tokenizer = with_tool_template(AutoTokenizer.from_pretrained(str(smollm2_path())))
     data = expert_conversations(ENV_ID, "train", n=args.sft_episodes, seed=args.seed, tokenizer=tokenizer,
@@ -65,8 +74,40 @@ def sft(args, root: Path) -> Path:
     trainer.train(resume_from_checkpoint=last_checkpoint(out / "trainer"))
     trainer.save_model(str(out))
     tokenizer.save_pretrained(str(out))
-    (out / "done.json").write_text(json.dumps({"seconds": time.time() - start, "log": trainer.state.log_history}))
+    done = {"seconds": time.time() - start, "log": trainer.state.log_history}
+    if carried is not None:  # a later sitting's copy of the warm start: is it the one the carried results came from?
+        done = {**carried, "retrained": {**done, "same_losses": losses(done["log"]) == losses(carried["log"])}}
+        print(f"warm start trained again: {'the same' if done['retrained']['same_losses'] else 'OTHER'} losses as "
+              f"the carried run's", flush=True)
+    (out / "done.json").write_text(json.dumps(done))
     return out
+
+
+def trained(folder: Path) -> bool:
+    """A stage's training is done and its weights are here (a carried ``done.json`` alone has no weights)."""
+    return (folder / "done.json").is_file() and (folder / "model.safetensors").is_file()
+
+
+def losses(log: list[dict]) -> list[float]:
+    return [entry["loss"] for entry in log if "loss" in entry]
+
+
+#: The small files of a stage's folder that carry its results to a later sitting (the weights stay behind).
+CARRIED = ("done.json", "eval.json")
+
+
+def carry(source: Path, target: Path) -> list[Path]:
+    """Copy each stage's ``CARRIED`` files from ``source`` to the same places under ``target`` (newer ones replace)."""
+    import shutil
+
+    copied = []
+    for path in sorted(p for name in CARRIED for p in source.glob(f"*/{name}")):
+        to = target / path.relative_to(source)
+        if not to.is_file() or to.read_bytes() != path.read_bytes():
+            to.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, to)
+            copied.append(to)
+    return copied
 
 
 def rl(args, root: Path, algo: str, warm: Path) -> Path:
@@ -77,7 +118,7 @@ def rl(args, root: Path, algo: str, warm: Path) -> Path:
     from gigpo_gym.integrations.trl import GiGPOConfig, GiGPOTrainer, environment_class, task_dataset
 
     out = root / algo
-    if (out / "done.json").is_file():
+    if trained(out):
         return out
     start = time.time()
     tokenizer = AutoTokenizer.from_pretrained(str(warm))
@@ -216,6 +257,29 @@ def paired(a: dict, b: dict) -> dict:
             "won": int((diff > 0).sum()), "lost": int((diff < 0).sum()), "questions": len(keys)}
 
 
+def run(args) -> dict[str, dict]:
+    """Every point's evaluation (SFT, then each of ``--algos``): carried, or trained and evaluated, then carried out."""
+    if args.carry:
+        print(f"carried over {len(carry(args.carry, args.run_root))} results files from {args.carry}", flush=True)
+    warm: list[Path] = []
+
+    def warm_start() -> Path:  # trained only when a point that is not carried needs it
+        warm[:] = warm or [sft(args, args.run_root)]
+        return warm[0]
+
+    def point(name: str, make) -> dict:
+        done = args.run_root / name / "eval.json"
+        result = json.loads(done.read_text()) if done.is_file() else evaluate(args, make())
+        if args.carry:
+            carry(args.run_root, args.carry)
+        return result
+
+    points = {"sft": point("sft", warm_start)}
+    for algo in [a for a in args.algos.split(",") if a]:
+        points[algo] = point(algo, lambda algo=algo: rl(args, args.run_root, algo, warm_start()))
+    return points
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-root", type=Path, default=Path("runs/trl_searchqa"))
@@ -237,16 +301,16 @@ def main() -> None:
                         help="new tokens a reply may have, in RL and evaluation (the recipe caps its replies too; "
                              "uncapped, one rambling reply holds a whole generation batch for hundreds of tokens)")
     parser.add_argument("--eval-questions", type=int, default=0, help="the first N test questions (0: all 438)")
+    parser.add_argument("--carry", type=Path, default=None, metavar="DIR",
+                        help="results files of earlier sittings (benchmarks/results/trl_searchqa_runs): copied into "
+                             "--run-root first, and the run root's copied there after each stage (default: none)")
     args = parser.parse_args()
 
     import torch
 
     torch.set_num_threads(args.threads)
     args.run_root.mkdir(parents=True, exist_ok=True)
-    warm = sft(args, args.run_root)
-    points = {"sft": evaluate(args, warm)}
-    for algo in [a for a in args.algos.split(",") if a]:
-        points[algo] = evaluate(args, rl(args, args.run_root, algo, warm))
+    points = run(args)
     summary = {"points": {name: {"em": 100 * float(np.mean(list(p["em"].values()))),
                                  "se": 100 * float(np.std(list(p["em"].values()), ddof=1) / np.sqrt(len(p["em"]))),
                                  "eval_seconds": p["seconds"], "steps_mean": p["steps_mean"],

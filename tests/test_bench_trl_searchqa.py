@@ -1,0 +1,72 @@
+"""benchmarks/bench_trl_searchqa.py across sittings: carried evaluations are not run again, the rest is."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_trl_searchqa", ROOT / "benchmarks" / "bench_trl_searchqa.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write(path: Path, content) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(content))
+
+
+def test_a_later_sitting_runs_only_the_points_whose_evaluation_is_not_carried(tmp_path, monkeypatch):
+    bench = load_bench()
+    carried, root = tmp_path / "carried", tmp_path / "root"
+    write(carried / "sft" / "done.json", {"seconds": 60.0, "log": [{"loss": 1.0}, {"loss": 0.5}]})
+    write(carried / "sft" / "eval.json", {"em": {"q1": 1.0}})
+    write(carried / "grpo" / "done.json", {"seconds": 600.0, "log": []})
+    write(carried / "grpo" / "eval.json", {"em": {"q1": 0.0}})
+    calls = []
+
+    def sft(args, run_root):  # the warm start's weights are gone: trained again, once
+        calls.append("sft")
+        assert not bench.trained(run_root / "sft")  # its carried done.json has no weights beside it
+        return run_root / "sft"
+
+    def rl(args, run_root, algo, warm):
+        calls.append(f"rl {algo} from {warm.name}")
+        write(run_root / algo / "done.json", {"seconds": 700.0, "log": []})
+        return run_root / algo
+
+    def evaluate(args, model_dir):
+        calls.append(f"evaluate {model_dir.name}")
+        write(model_dir / "eval.json", {"em": {"q1": 1.0}})
+        return {"em": {"q1": 1.0}}
+
+    monkeypatch.setattr(bench, "sft", sft)
+    monkeypatch.setattr(bench, "rl", rl)
+    monkeypatch.setattr(bench, "evaluate", evaluate)
+    args = argparse.Namespace(run_root=root, carry=carried, algos="grpo,gigpo")
+    points = bench.run(args)
+
+    assert calls == ["sft", "rl gigpo from sft", "evaluate gigpo"]
+    assert points == {"sft": {"em": {"q1": 1.0}}, "grpo": {"em": {"q1": 0.0}}, "gigpo": {"em": {"q1": 1.0}}}
+    # the new point's files went to the carried folder, so the next sitting skips it too
+    assert json.loads((carried / "gigpo" / "eval.json").read_text()) == {"em": {"q1": 1.0}}
+    assert json.loads((carried / "gigpo" / "done.json").read_text())["seconds"] == 700.0
+
+    calls.clear()
+    assert bench.run(argparse.Namespace(run_root=tmp_path / "third", carry=carried, algos="grpo,gigpo")) == points
+    assert calls == []  # everything carried: no warm start, no training, no evaluation
+
+
+def test_a_stage_counts_as_trained_only_with_its_weights(tmp_path):
+    bench = load_bench()
+    write(tmp_path / "done.json", {"seconds": 1.0, "log": []})
+    assert not bench.trained(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    assert bench.trained(tmp_path)
+    assert bench.losses([{"loss": 0.5, "step": 1}, {"train_runtime": 3.0}, {"loss": 0.25}]) == [0.5, 0.25]
