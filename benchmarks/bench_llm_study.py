@@ -37,7 +37,9 @@ A study outlasts a sitting through ``--carry DIR`` (``benchmarks/results/llm_stu
 committed; off unless given): after each stage the small results files of the finished
 runs (evaluations, training curves, summaries, ``study.json``) are copied there, and a
 later sitting's command copies them back first, so a run whose evaluation is carried is
-not trained again.  An unfinished run resumes from its checkpoints under ROOT.
+not trained again.  An unfinished run resumes from its checkpoints under ROOT.  Where a
+setting evaluation needs a carried run's weights, the run is trained again; its carried log
+and summary stay, and ``retrained.json`` says whether the new training repeated it.
 """
 
 from __future__ import annotations
@@ -132,7 +134,7 @@ def setting_weights(args, seed: int, lr: str | None, iterations: int | None) -> 
     from gigpo_gym.algos.training.checkpoint import POLICY_FILE, checkpoint_folder
 
     b, tag = setting_args(args, lr)
-    final = bench.trained(b, seed, "grpo", tag)
+    final = trained_keeping_carried(b, seed, "grpo", tag)
     slim(b, seed, "grpo", tag)
     if iterations is None:
         return b, final
@@ -141,6 +143,43 @@ def setting_weights(args, seed: int, lr: str | None, iterations: int | None) -> 
         raise SystemExit(f"{path} is missing: --grpo-iterations must be checkpoints the run keeps (save_every, "
                          f"keep_checkpoints)")
     return b, path
+
+
+def trained_keeping_carried(b, seed: int, algo: str, tag: str = "") -> Path:
+    """A run's final weights, trained when missing; a carried run trained again keeps its carried log and summary.
+
+    A run whose results came from an earlier sitting has no weights on a new machine, and
+    a setting evaluation needs them.  The new training's log would replace the one the
+    report cites, so that one is set aside first and put back after; ``retrained.json``
+    says whether the new training repeated it (the same training-rollout success in every
+    iteration) and how long it took.
+    """
+    import shutil
+
+    from gigpo_gym.algos.training.checkpoint import list_checkpoints
+
+    folder = Path(bench.run_config(b, seed, algo, tag).run_dir)
+    kept = folder / "carried"
+    if (folder / "eval.json").is_file() and (kept.is_dir() or not list_checkpoints(folder / "checkpoints")):
+        if not kept.is_dir():  # not set aside by an interrupted retraining already
+            kept.mkdir()
+            for name in ("metrics.jsonl", "summary.json"):
+                if (folder / name).is_file():
+                    shutil.copy2(folder / name, kept / name)
+        final = bench.trained(b, seed, algo, tag)
+        new = json.loads((folder / "summary.json").read_text())
+        curves = [[r["rollout/success"] for r in bench.read_metrics(where)] for where in (kept, folder)]
+        for name in ("metrics.jsonl", "summary.json"):
+            if (kept / name).is_file():
+                shutil.copy2(kept / name, folder / name)
+        (folder / "retrained.json").write_text(json.dumps({"same_rollout_success": curves[0] == curves[1],
+                                                           "rollout_success": curves[1], "seconds": new.get("seconds")}))
+        shutil.rmtree(kept)
+        print(f"[{algo}{tag} seed {seed}] trained again for its weights: "
+              f"{'the same' if curves[0] == curves[1] else 'ANOTHER'} training-rollout curve as the carried run's",
+              flush=True)
+        return final
+    return bench.trained(b, seed, algo, tag)
 
 
 def validation_tasks(args) -> list[str]:
@@ -433,7 +472,8 @@ def write_results(args) -> None:
 
 #: The small files of a study's run root that hold its results (the weights stay behind): what one sitting
 #: carries to the next through ``--carry``.
-CARRIED = ("study.json", "eval.json", "metrics.jsonl", "summary.json", "config.yaml", "tasks.json", "teachers.json")
+CARRIED = ("study.json", "eval.json", "metrics.jsonl", "summary.json", "config.yaml", "tasks.json", "teachers.json",
+           "retrained.json")
 
 
 def carry(source: Path, target: Path, update: bool = False) -> list[Path]:

@@ -67,6 +67,8 @@ def test_the_study_skips_every_finished_stage_and_redoes_only_what_is_missing(tm
     # the same command again: nothing is trained or evaluated
     from gigpo_gym.algos.training import trainer
 
+    run_training = trainer.run_training
+
     def refuse(*a, **k):
         raise AssertionError("a finished stage ran again")
 
@@ -85,6 +87,21 @@ def test_the_study_skips_every_finished_stage_and_redoes_only_what_is_missing(tm
                          "seconds": 0.0, "generated_tokens": 0})
     study.main(argv)
     assert sorted(played) == [False, True]  # one validation evaluation, one test evaluation
+
+    # a later sitting on a new machine: the carried results, no weights; a setting evaluation trains GRPO again,
+    # and the carried log the report cites stays as it was
+    import shutil
+
+    logged = (root / "seed0-grpo" / "metrics.jsonl").read_text()
+    shutil.rmtree(root / "seed0-grpo" / "checkpoints")
+    (root / "validation" / "seed0-grpo-1it" / "eval.json").unlink()
+    monkeypatch.setattr(trainer, "run_training", run_training)
+    played.clear()
+    study.main(argv)
+    assert played == [False]  # the validation evaluation of the retrained run's checkpoint, nothing else
+    assert (root / "seed0-grpo" / "metrics.jsonl").read_text() == logged and not (root / "seed0-grpo" / "carried").exists()
+    retrained = json.loads((root / "seed0-grpo" / "retrained.json").read_text())
+    assert retrained["same_rollout_success"] and len(retrained["rollout_success"]) == 2
 
 
 def test_a_later_sitting_carries_the_results_files_over_and_does_not_train_what_they_hold(tmp_path):
