@@ -16,7 +16,9 @@ One command runs the whole study, stage by stage, in this order:
    The recipe's settings are evaluated as soon as its GRPO run ends (stage
    ``searchqa``), while the run's weights are still on the machine.
 3. ``webshop``: ``configs/webshop_smollm2.yaml``'s GiGPO run and its GRPO pair (same
-   warm start, task groups and setting), both on ``--webshop-goals`` test goals.
+   warm start, task groups and setting), both on ``--webshop-goals`` test goals; the SFT,
+   GiGPO and GRPO models also get their leaderboard rows (``--leaderboard-spec``), each
+   in the prompts and observation mode it trained on, while their weights are here.
 4. ``teacher``: the goal-aware expert and the page-reading teacher play the same test
    goals; then SFT on the teacher's transcripts (``sft.expert_kwargs: {style: page}``)
    and the GiGPO/GRPO pair from that warm start.
@@ -222,6 +224,31 @@ def validation_tasks(args) -> list[str]:
 def choose(means: dict[str, float]) -> str:
     """The setting with the best mean validation score (the first listed, the recipe, on a tie)."""
     return max(means, key=lambda name: (means[name], -list(means).index(name)))
+
+
+def leaderboard_row(args, b, run: str) -> Path:
+    """The leaderboard's row of one model of ``b``'s root (``warm-start``: the SFT model), unless it is there already.
+
+    The row is named after the recipe and its observation mode: the leaderboard plays a
+    run folder in the prompts and observation mode the run trained on.
+    """
+    from gigpo_gym.algos.leaderboard.cli import main as leaderboard
+    from gigpo_gym.algos.leaderboard.specs import load_spec, result_filename
+
+    label = {"warm-start": "SFT", "seed0-gigpo": "SFT+GiGPO", "seed0-grpo": "SFT+GRPO"}[run]
+    cfg = bench.warm_start_config(b)
+    mode = f", {cfg.prompt.observation_mode}" if cfg.prompt.observation_mode else ""
+    name = f"SmolLM2-135M-Instruct {label} ({Path(b.config).stem}{mode})"
+    spec = load_spec(args.leaderboard_spec).name  # a spec's name or its file
+    path = Path(args.results) / result_filename({"spec": {"name": spec}, "policy": {"name": name}})
+    if not path.is_file():
+        folder = Path(b.run_root) / run
+        policy = bench.warm_start(b) if run == "warm-start" else folder  # a run folder: its selected or last weights
+        code = leaderboard(["leaderboard", "--policy", str(policy), "--envs", args.leaderboard_spec, "--name", name,
+                            "--results-dir", str(args.results), "--resume", "--no-progress"])
+        if code:
+            raise SystemExit(f"the leaderboard row of {folder} failed ({code})")
+    return path
 
 
 def setting_evaluations(args, seed: int, lr: str | None) -> None:
@@ -536,7 +563,9 @@ def run_stage(args, stage: str) -> None:
     elif stage == "grpo-settings":
         grpo_settings_stage(args)
     elif stage == "webshop":
-        run_pairs(webshop_args(args))
+        b = webshop_args(args)
+        leaderboard_row(args, b, "warm-start")
+        run_pairs(b, after_run=lambda seed, algo: seed == 0 and leaderboard_row(args, b, f"seed{seed}-{algo}"))
     elif stage == "teacher":
         play_teachers(args)
         run_pairs(webshop_args(args, teacher=True))
@@ -562,6 +591,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--webshop-goals", type=int, default=200, help="WebShop test goals, evenly spaced over the split")
     p.add_argument("--searchqa-config", default=str(ROOT / "configs" / "searchqa_smollm2.yaml"))
     p.add_argument("--webshop-config", default=str(ROOT / "configs" / "webshop_smollm2.yaml"))
+    p.add_argument("--leaderboard-spec", default="webshop-test",
+                   help="the leaderboard spec of the WebShop models' rows (written to --results)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for every run (repeatable)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, one per core)")
     p.add_argument("--keep-optimizer", action="store_true", help="keep finished runs' optimiser states")

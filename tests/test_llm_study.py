@@ -129,3 +129,26 @@ def test_a_later_sitting_carries_the_results_files_over_and_does_not_train_what_
     (new / "searchqa" / "seed0-gigpo" / "eval.json").write_text(json.dumps({"episodes": [{"won": False}]}))
     assert [p.relative_to(old).as_posix() for p in study.carry(new, old, update=True)] == ["searchqa/seed0-gigpo/eval.json"]
     assert json.loads((old / "searchqa" / "seed0-gigpo" / "eval.json").read_text()) == {"episodes": [{"won": False}]}
+
+
+@pytest.mark.slow
+def test_the_webshop_stage_gives_seed_0s_models_leaderboard_rows_in_their_own_observation_mode(tmp_path, monkeypatch):
+    study = load_study()
+    spec = json.loads((ROOT / "benchmarks" / "specs" / "webshop-test.json").read_text())
+    spec.update(name="webshop-tiny", episodes=2, max_steps=3)
+    (tmp_path / "webshop-tiny.json").write_text(json.dumps(spec))
+    argv = ["--root", str(tmp_path / "study"), "--results", str(tmp_path / "results"), "--stages", "webshop",
+            "--webshop-goals", "2", "--leaderboard-spec", str(tmp_path / "webshop-tiny.json"),
+            *(x for o in TINY for x in ("--set", o))]
+    study.main(argv)
+    rows = {json.loads(p.read_text())["policy"]["name"]: json.loads(p.read_text())
+            for p in (tmp_path / "results").glob("webshop-tiny__*.json")}
+    assert sorted(rows) == [f"SmolLM2-135M-Instruct {m} (webshop_smollm2, text_rich)" for m in ("SFT", "SFT+GRPO", "SFT+GiGPO")]
+    assert all(r["counts"]["episodes"] == 2 for r in rows.values())
+    assert rows["SmolLM2-135M-Instruct SFT+GRPO (webshop_smollm2, text_rich)"]["policy"]["details"]["algo"] == "grpo"
+
+    # the same command again: the rows are there, so no model plays them again
+    from gigpo_gym.algos.leaderboard import cli
+
+    monkeypatch.setattr(cli, "main", lambda argv: pytest.fail(f"a row ran again: {argv}"))
+    study.main(argv)
