@@ -111,7 +111,10 @@ def test_a_later_sitting_carries_the_results_files_over_and_does_not_train_what_
              "searchqa/seed0-gigpo/eval.json": {"episodes": [{"won": True}]},
              "searchqa/seed0-gigpo/metrics.jsonl": "", "searchqa/seed0-gigpo/summary.json": {},
              "searchqa/seed0-gigpo/checkpoints/iter-000015/state.json": {}, "searchqa/seed0-gigpo/model.safetensors": "",
-             "searchqa/seed1-gigpo/metrics.jsonl": "", "searchqa/seed1-gigpo/config.yaml": ""}  # seed 1: unfinished
+             "searchqa/seed1-gigpo/metrics.jsonl": "", "searchqa/seed1-gigpo/config.yaml": "",  # seed 1: unfinished
+             # seed 0's GRPO run, being trained again for its weights: its log is the new, unfinished one
+             "searchqa/seed0-grpo/eval.json": {}, "searchqa/seed0-grpo/metrics.jsonl": "new",
+             "searchqa/seed0-grpo/carried/metrics.jsonl": "old"}
     for name, content in files.items():
         (old / name).parent.mkdir(parents=True, exist_ok=True)
         (old / name).write_text(content if isinstance(content, str) else json.dumps(content))
@@ -120,6 +123,7 @@ def test_a_later_sitting_carries_the_results_files_over_and_does_not_train_what_
     copied = study.carry(old, new)
     assert sorted(p.relative_to(new).as_posix() for p in copied) == [
         "searchqa/seed0-gigpo/eval.json", "searchqa/seed0-gigpo/metrics.jsonl", "searchqa/seed0-gigpo/summary.json"]
+    # (in a sitting the carried folder holds seed 0's GRPO files already; a retraining in progress never replaces them)
     assert [e["commit"] for e in json.loads((new / "study.json").read_text())] == ["a", "b"]  # both sittings, in order
     # the carried evaluation stands for the run: nothing trains (this namespace could not build a config)
     args = study.argparse.Namespace(run_root=str(new / "searchqa"))
