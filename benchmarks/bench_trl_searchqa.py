@@ -282,21 +282,36 @@ def run(args) -> dict[str, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run-root", type=Path, default=Path("runs/trl_searchqa"))
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/trl_searchqa.json"))
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--algos", default="grpo,gigpo")
-    parser.add_argument("--sft-steps", type=int, default=20)
-    parser.add_argument("--sft-episodes", type=int, default=400)
-    parser.add_argument("--iterations", type=int, default=15)
-    parser.add_argument("--groups", type=int, default=8)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=2e-5)
-    parser.add_argument("--kl", type=float, default=0.01)
-    parser.add_argument("--max-observation-tokens", type=int, default=160)
-    parser.add_argument("--max-completion-length", type=int, default=768)
-    parser.add_argument("--eval-batch", type=int, default=32)
+    parser.add_argument("--run-root", type=Path, default=Path("runs/trl_searchqa"),
+                        help="folder of the stages (sft, grpo, gigpo): models, TRL checkpoints, done.json, eval.json (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/trl_searchqa.json"),
+                        help="the summary: EM per point, paired gains, wall times (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="torch threads; part of what reproduces a run exactly (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="training seed; the SFT transcripts draw with it, the RL task rows with seed + 1 (default: %(default)s)")
+    parser.add_argument("--algos", default="grpo,gigpo",
+                        help="RL stages after SFT, comma-separated; empty: SFT and its evaluation only (default: %(default)s)")
+    parser.add_argument("--sft-steps", type=int, default=20,
+                        help="SFTTrainer steps of 8 chats (default: %(default)s)")
+    parser.add_argument("--sft-episodes", type=int, default=400,
+                        help="expert episodes rendered as tool-calling chats for SFT (default: %(default)s)")
+    parser.add_argument("--iterations", type=int, default=15,
+                        help="RL steps (default: %(default)s)")
+    parser.add_argument("--groups", type=int, default=8,
+                        help="task rows (groups) per RL step (default: %(default)s)")
+    parser.add_argument("--group-size", type=int, default=8,
+                        help="episodes per task row, TRL's num_generations (default: %(default)s)")
+    parser.add_argument("--lr", type=float, default=2e-5,
+                        help="learning rate of SFT and RL, constant (default: %(default)s)")
+    parser.add_argument("--kl", type=float, default=0.01,
+                        help="KL coefficient to the warm start, TRL's beta (default: %(default)s)")
+    parser.add_argument("--max-observation-tokens", type=int, default=160,
+                        help="tool results are cut to this many tokens, the cut marked (default: %(default)s)")
+    parser.add_argument("--max-completion-length", type=int, default=768,
+                        help="TRL's completion budget: replies and tool results of an episode (default: %(default)s)")
+    parser.add_argument("--eval-batch", type=int, default=32,
+                        help="test questions decoded together (default: %(default)s)")
     parser.add_argument("--reply-tokens", type=int, default=48,
                         help="new tokens a reply may have, in RL and evaluation (the recipe caps its replies too; "
                              "uncapped, one rambling reply holds a whole generation batch for hundreds of tokens)")
