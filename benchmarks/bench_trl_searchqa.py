@@ -283,15 +283,18 @@ def run(args) -> dict[str, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-root", type=Path, default=Path("runs/trl_searchqa"),
-                        help="folder of the stages (sft, grpo, gigpo): models, TRL checkpoints, done.json, eval.json (default: %(default)s)")
+                        help="folder of the stages (sft, grpo, gigpo): models, TRL checkpoints, done.json, eval.json "
+                             "(default: %(default)s)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/trl_searchqa.json"),
                         help="the summary: EM per point, paired gains, wall times (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=2,
                         help="torch threads; part of what reproduces a run exactly (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0,
-                        help="training seed; the SFT transcripts draw with it, the RL task rows with seed + 1 (default: %(default)s)")
+                        help="training seed; the SFT transcripts draw with it, the RL task rows with seed + 1 "
+                             "(default: %(default)s)")
     parser.add_argument("--algos", default="grpo,gigpo",
-                        help="RL stages after SFT, comma-separated; empty: SFT and its evaluation only (default: %(default)s)")
+                        help="RL stages after SFT, comma-separated; empty: SFT and its evaluation only "
+                             "(default: %(default)s)")
     parser.add_argument("--sft-steps", type=int, default=20,
                         help="SFTTrainer steps of 8 chats (default: %(default)s)")
     parser.add_argument("--sft-episodes", type=int, default=400,
