@@ -43,9 +43,14 @@ ENV_KWARGS = {"world_size": 800, "topk": 2}
 
 
 def last_checkpoint(folder: Path) -> str | None:
-    """TRL's newest checkpoint in ``folder`` (a killed stage resumes from it), or None."""
-    checkpoints = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-    return str(checkpoints[-1]) if checkpoints else None
+    """TRL's newest complete checkpoint in ``folder`` (a killed stage resumes from it), or None.
+
+    The trainer writes ``trainer_state.json`` last and only then deletes the older
+    checkpoint, so a stage killed in the middle of a save leaves a folder without it and
+    the previous checkpoint whole: resume from that one.
+    """
+    complete = [p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").is_file()]
+    return str(max(complete, key=lambda p: int(p.name.split("-")[1]))) if complete else None
 
 
 def sft(args, root: Path) -> Path:

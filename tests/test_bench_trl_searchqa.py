@@ -70,3 +70,14 @@ def test_a_stage_counts_as_trained_only_with_its_weights(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"")
     assert bench.trained(tmp_path)
     assert bench.losses([{"loss": 0.5, "step": 1}, {"train_runtime": 3.0}, {"loss": 0.25}]) == [0.5, 0.25]
+
+
+def test_a_stage_killed_while_saving_resumes_from_the_last_complete_checkpoint(tmp_path):
+    bench = load_bench()
+    trainer = tmp_path / "trainer"
+    assert bench.last_checkpoint(trainer) is None
+    for step in (2, 10):
+        write(trainer / f"checkpoint-{step}" / "trainer_state.json", {"global_step": step})
+    (trainer / "checkpoint-11").mkdir()  # killed before trainer_state.json: model written, state not
+    (trainer / "checkpoint-11" / "model.safetensors").write_bytes(b"torn")
+    assert bench.last_checkpoint(trainer) == str(trainer / "checkpoint-10")
