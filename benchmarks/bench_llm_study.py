@@ -517,9 +517,10 @@ def carry(source: Path, target: Path, update: bool = False) -> list[Path]:
     copied = []
     for path in sorted(p for p in source.rglob("*") if p.name in CARRIED and "tensorboard" not in p.parts):
         parts = path.relative_to(source).parts
-        if "checkpoints" in parts or "carried" in parts or (path.parent / "carried").is_dir() or (
+        if "checkpoints" in parts or (path.parent / "carried").is_dir() or (
                 path.name not in ("study.json", "tasks.json", "teachers.json") and not (path.parent / "eval.json").is_file()):
-            # (a run with a carried/ folder is being trained again: its log is the new training's, unfinished)
+            # (a run with a carried/ folder is being trained again: its log is the new training's, unfinished;
+            # the set-aside files in carried/ have no eval.json beside them)
             continue
         to = target / path.relative_to(source)
         if path.name == "study.json" and to.exists():  # both sides' invocations, once each, in order
