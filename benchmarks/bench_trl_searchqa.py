@@ -93,6 +93,13 @@ def trained(folder: Path) -> bool:
     return (folder / "done.json").is_file() and (folder / "model.safetensors").is_file()
 
 
+def train_seconds(done: dict) -> float:
+    """A stage's training time: the sum of TRL's ``step_time`` over its steps, which a resumed stage's log keeps
+    from every sitting (``done["seconds"]`` is the last sitting's alone); ``seconds`` where the log has none."""
+    steps = [entry["step_time"] for entry in done["log"] if "step_time" in entry]
+    return float(sum(steps)) if steps else float(done["seconds"])
+
+
 def losses(log: list[dict]) -> list[float]:
     return [entry["loss"] for entry in log if "loss" in entry]
 
@@ -340,7 +347,7 @@ def main() -> None:
                                  "invalid_steps": p["invalid_steps"], "budget_ended": p.get("budget_ended", 0)}
                         for name, p in points.items()},
                "gains_over_sft": {name: paired(points["sft"]["em"], p["em"]) for name, p in points.items() if name != "sft"},
-               "train_seconds": {name: json.loads((args.run_root / name / "done.json").read_text())["seconds"]
+               "train_seconds": {name: train_seconds(json.loads((args.run_root / name / "done.json").read_text()))
                                  for name in points},
                "args": {k: str(v) for k, v in vars(args).items()}}
     if {"grpo", "gigpo"} <= set(points):

@@ -81,3 +81,12 @@ def test_a_stage_killed_while_saving_resumes_from_the_last_complete_checkpoint(t
     (trainer / "checkpoint-11").mkdir()  # killed before trainer_state.json: model written, state not
     (trainer / "checkpoint-11" / "model.safetensors").write_bytes(b"torn")
     assert bench.last_checkpoint(trainer) == str(trainer / "checkpoint-10")
+
+
+def test_a_resumed_stage_reports_the_training_time_of_every_sitting(tmp_path):
+    bench = load_bench()
+    # a stage resumed at step 3: done.json's seconds time the last sitting, the log keeps every step's time
+    resumed = {"seconds": 25.0, "log": [{"step": 1, "step_time": 40.0}, {"step": 2, "step_time": 30.0},
+                                        {"step": 3, "step_time": 20.0}, {"train_runtime": 25.0, "step": 3}]}
+    assert bench.train_seconds(resumed) == 90.0
+    assert bench.train_seconds({"seconds": 928.5, "log": [{"loss": 1.09, "step": 1}]}) == 928.5  # SFT logs none
