@@ -83,7 +83,7 @@ def test_a_stage_killed_while_saving_resumes_from_the_last_complete_checkpoint(t
     assert bench.last_checkpoint(trainer) == str(trainer / "checkpoint-10")
 
 
-def test_a_resumed_stage_reports_the_training_time_of_every_sitting(tmp_path):
+def test_a_resumed_stage_reports_the_training_time_of_every_sitting():
     bench = load_bench()
     # a stage resumed at step 3: done.json's seconds time the last sitting, the log keeps every step's time
     resumed = {"seconds": 25.0, "log": [{"step": 1, "step_time": 40.0}, {"step": 2, "step_time": 30.0},
