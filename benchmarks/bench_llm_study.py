@@ -22,6 +22,11 @@ One command runs the whole study, stage by stage, in this order:
 4. ``teacher``: the goal-aware expert and the page-reading teacher play the same test
    goals; then SFT on the teacher's transcripts (``sft.expert_kwargs: {style: page}``)
    and the GiGPO/GRPO pair from that warm start.
+5. ``trl-settings``: the package's GRPO against TRL's on the SearchQA recipe: from the
+   same warm start, one setting at a time moved to what TRL's ``GRPOTrainer`` does
+   (``--trl-settings``, named in ``TRL_SETTINGS``), each for ``--trl-seeds`` and
+   ``--trl-algos``, evaluated on the test questions like the recipe's runs
+   (``seed{S}-{algo}-{setting}``).
 
     python benchmarks/bench_llm_study.py --root runs/study --threads 2 \
         --carry benchmarks/results/llm_study_runs
@@ -64,7 +69,7 @@ import bench_learning  # noqa: E402  (the over-seeds statistics: mean, s.e., Stu
 import bench_llm_learning as bench  # noqa: E402  (warm start, runs, evaluations, paired gains)
 
 ROOT = HERE.parent
-STAGES = ("searchqa", "grpo-settings", "webshop", "teacher")
+STAGES = ("searchqa", "grpo-settings", "webshop", "teacher", "trl-settings")
 ALGOS = ("gigpo", "grpo")
 #: The committed seed-0 run of the recipe, which this study's seed 0 reruns.
 COMMITTED_SEARCHQA = ROOT / "benchmarks" / "results" / "llm_searchqa_15it.json"
@@ -101,6 +106,20 @@ def grpo_settings(args) -> list[tuple[str, str | None, int | None]]:
 def setting_args(args, lr: str | None) -> tuple[argparse.Namespace, str]:
     """The benchmark's arguments and run tag of GRPO at learning rate ``lr`` (None: the recipe's)."""
     return (searchqa_args(args, [f"optim.lr={lr}"]), f"-lr{lr}") if lr else (searchqa_args(args), "")
+
+
+#: The recipe's settings moved to TRL's GRPOTrainer's (benchmarks/bench_trl_searchqa.py), one per entry: the
+#: overrides of each.  TRL's learning rate (2e-5), KL coefficient (beta 0.01, k3), clip (0.2), std-normalised
+#: group advantages and token-level loss (its "dapo" default: the summed token terms over the step's token
+#: count, as the package's loss over a mini-batch) are the recipe's already.
+TRL_SETTINGS = {
+    # TRL takes one optimiser step per iteration over all 64 episodes; the recipe steps per 32 turns
+    "whole-batch": ("optim.mini_batch_size=100000",),
+    # TRL pays the env's 0/1 and keeps every episode in the loss's token count
+    "env-reward": ("env.reward_scale=1.0", "env.reward_source=env", "env.invalid_action_penalty=0.0",
+                   "optim.skip_zero_advantage=false"),
+}
+TRL_SETTINGS["both"] = TRL_SETTINGS["whole-batch"] + TRL_SETTINGS["env-reward"]
 
 
 # -- stages ---------------------------------------------------------------------------
@@ -275,6 +294,47 @@ def grpo_settings_stage(args) -> None:
     for seed in args.seeds:
         for lr in [None, *args.grpo_lr]:
             setting_evaluations(args, seed, lr)
+
+
+def trl_settings_stage(args) -> None:
+    """Each ``--trl-settings`` setting's runs per seed and algorithm, from the recipe's warm start, each evaluated."""
+    weights = bench.warm_start(searchqa_args(args))
+    sft = searchqa_args(args)
+    bench.evaluation(sft, "after-sft", lambda: bench.policy_with(sft, weights), bench.warm_start_config(sft))
+    for seed in args.trl_seeds:
+        for name in args.trl_settings:
+            for algo in args.trl_algos:
+                b = searchqa_args(args, TRL_SETTINGS[name])
+                bench.train(b, seed, algo, f"-{name}")
+                slim(b, seed, algo, f"-{name}")
+
+
+def trl_settings_results(args) -> dict[str, Any] | None:
+    """Every TRL setting's EM gain over the warm start per seed (paired by question), its mean over seeds, wall times."""
+    root = Path(searchqa_args(args).run_root)
+    sft = _read(root / "after-sft" / "eval.json")
+    if sft is None:
+        return None
+    out: dict[str, Any] = {"settings": {k: list(v) for k, v in TRL_SETTINGS.items()}, "runs": {}}
+    for name in ["", *TRL_SETTINGS]:
+        for algo in ALGOS:
+            gains = {}
+            for seed in sorted({*args.seeds, *args.trl_seeds}):
+                run = root / f"seed{seed}-{algo}{'-' + name if name else ''}"
+                ev = _read(run / "eval.json")
+                if ev is None:
+                    continue
+                summary = _read(run / "summary.json") or {}
+                gains[seed] = {"em": em(ev), "gain": bench.paired_gain(sft["episodes"], ev["episodes"]),
+                               "train_seconds": summary.get("seconds"), "eval_seconds": ev["seconds"],
+                               "rollout_success": [r["rollout/success"] for r in bench.read_metrics(run)]}
+            if gains:
+                key = f"{algo}-{name}" if name else f"{algo} (recipe)"
+                out["runs"][key] = {"per_seed": gains,
+                                    "over_seeds": over_seeds({s: g["gain"]["mean"] for s, g in gains.items()})}
+                print(f"{key:<22} " + "  ".join(f"seed {s} {100 * g['gain']['mean']:+5.1f} +- "
+                                                 f"{100 * g['gain']['sem_paired']:.1f}" for s, g in gains.items()))
+    return out
 
 
 def validation_means(b, args) -> dict[str, float]:
@@ -490,6 +550,10 @@ def write_results(args) -> None:
         print_searchqa(searchqa)
         plot_searchqa(searchqa, out / "llm_study_searchqa.png")
         (out / "llm_study_searchqa.json").write_text(json.dumps({**meta, "config": args.searchqa_config, **searchqa}, indent=1))
+    trl = trl_settings_results(args)
+    if trl is not None and trl["runs"]:
+        (out / "llm_study_trl_settings.json").write_text(json.dumps({**meta, "config": args.searchqa_config, **trl},
+                                                                    indent=1))
     for teacher in (False, True):
         result = webshop_results(args, teacher)
         if result is not None:
@@ -571,6 +635,8 @@ def run_stage(args, stage: str) -> None:
     elif stage == "teacher":
         play_teachers(args)
         run_pairs(webshop_args(args, teacher=True))
+    elif stage == "trl-settings":
+        trl_settings_stage(args)
     print(f"== stage {stage} done in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
     write_results(args)
 
@@ -595,6 +661,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--webshop-config", default=str(ROOT / "configs" / "webshop_smollm2.yaml"))
     p.add_argument("--leaderboard-spec", default="webshop-test",
                    help="the leaderboard spec of the WebShop models' rows (written to --results)")
+    p.add_argument("--trl-settings", nargs="+", choices=list(TRL_SETTINGS), default=["whole-batch", "env-reward"],
+                   help="stage trl-settings: the settings moved to TRL's, one run each per seed and algorithm")
+    p.add_argument("--trl-seeds", nargs="+", type=int, default=[0, 1], help="stage trl-settings: training seeds")
+    p.add_argument("--trl-algos", nargs="+", choices=ALGOS, default=["grpo"], help="stage trl-settings: algorithms")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for every run (repeatable)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, one per core)")
     p.add_argument("--keep-optimizer", action="store_true", help="keep finished runs' optimiser states")

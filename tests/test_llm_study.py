@@ -156,3 +156,34 @@ def test_the_webshop_stage_gives_seed_0s_models_leaderboard_rows_in_their_own_ob
 
     monkeypatch.setattr(cli, "main", lambda argv: pytest.fail(f"a row ran again: {argv}"))
     study.main(argv)
+
+
+def test_each_trl_setting_moves_only_its_own_fields_of_the_searchqa_recipe():
+    from gigpo_gym.algos.training.config import load_config
+
+    study = load_study()
+    recipe = load_config(ROOT / "configs" / "searchqa_smollm2.yaml")
+    whole = load_config(ROOT / "configs" / "searchqa_smollm2.yaml", study.TRL_SETTINGS["whole-batch"])
+    paid = load_config(ROOT / "configs" / "searchqa_smollm2.yaml", study.TRL_SETTINGS["env-reward"])
+    rows = recipe.env.num_groups * recipe.env.group_size * 4  # SearchQA's 4-step cap: every row of an iteration
+    assert whole.optim.mini_batch_size >= rows and whole.env == recipe.env
+    assert (paid.env.reward_scale, paid.env.reward_source, paid.env.invalid_action_penalty) == (1.0, "env", 0.0)
+    assert not paid.optim.skip_zero_advantage and paid.optim.mini_batch_size == recipe.optim.mini_batch_size
+
+
+@pytest.mark.slow
+def test_the_trl_settings_stage_trains_each_setting_from_the_shared_warm_start_and_reports_its_gain(tmp_path):
+    study = load_study()
+    argv = ["--root", str(tmp_path / "study"), "--results", str(tmp_path / "results"), "--stages", "trl-settings",
+            "--trl-seeds", "0", "--trl-settings", "whole-batch", "env-reward", "--questions", "2",
+            *(x for o in TINY for x in ("--set", o))]
+    study.main(argv)
+    root = tmp_path / "study" / "searchqa"
+    assert [p.name for p in sorted(root.glob("*/eval.json"))] == ["eval.json"] * 3
+    assert sorted(p.parent.name for p in root.glob("*/eval.json")) == [
+        "after-sft", "seed0-grpo-env-reward", "seed0-grpo-whole-batch"]
+    assert "mini_batch_size: 100000" in (root / "seed0-grpo-whole-batch" / "config.yaml").read_text()
+    result = json.loads((tmp_path / "results" / "llm_study_trl_settings.json").read_text())
+    assert set(result["runs"]) == {"grpo-whole-batch", "grpo-env-reward"}
+    assert list(result["runs"]["grpo-env-reward"]["per_seed"]) == ["0"]
+    assert len(list((root / "warm-start").glob("*.safetensors"))) == 1  # one warm start for every setting
