@@ -128,7 +128,7 @@ def launch(args: argparse.Namespace, cfg, overrides: list[str]) -> int:
     import yaml
 
     from gigpo_gym.algos.training.config import ConfigError
-    from gigpo_gym.registration import install_command, missing_extra_error
+    from gigpo_gym.core.extras import install_command, missing_extra_error
 
     if importlib.util.find_spec("accelerate") is None:
         raise ConfigError(f"--accelerate needs the accelerate package: {install_command('train')}")

@@ -116,7 +116,7 @@ TRL_SETTINGS = {
     # TRL takes one optimiser step per iteration over all 64 episodes; the recipe steps per 32 turns
     "whole-batch": ("optim.mini_batch_size=100000",),
     # TRL pays the env's 0/1 and keeps every episode in the loss's token count
-    "env-reward": ("env.reward_scale=1.0", "env.reward_source=env", "env.invalid_action_penalty=0.0",
+    "env-reward": ("reward.scale=1.0", "reward.source=env", "reward.invalid_action_penalty=0.0",
                    "optim.skip_zero_advantage=false"),
 }
 TRL_SETTINGS["both"] = TRL_SETTINGS["whole-batch"] + TRL_SETTINGS["env-reward"]
@@ -348,10 +348,14 @@ def validation_means(b, args) -> dict[str, float]:
 
 
 def play_teachers(args) -> dict[str, Any]:
-    """The goal-aware expert and the page-reading teacher on the evaluation's test goals (``teachers.json``)."""
+    """The goal-aware expert and the page-reading teacher on the evaluation's test goals (``teachers.json``), played
+    through the episode player (``rollout.collect``) and the run's prompt stack."""
     import gymnasium as gym
 
-    import gigpo_gym  # noqa: F401
+    import gigpo_gym
+    from gigpo_gym.algos.policies.base import SamplingParams
+    from gigpo_gym.algos.policies.reference import ExpertPolicy
+    from gigpo_gym.algos.training.rollout import collect
     from gigpo_gym.core.data import write_atomically
 
     b = webshop_args(args, teacher=True)
@@ -359,22 +363,25 @@ def play_teachers(args) -> dict[str, Any]:
     if path.is_file():
         return json.loads(path.read_text())
     cfg = bench.warm_start_config(b)
-    env = gym.make(cfg.env.id, **{**cfg.env.kwargs, **cfg.env.eval_kwargs})
+    kwargs = {**cfg.env.kwargs, **cfg.env.eval_kwargs}  # the pages the teachers read: the env's own rendering
+    env = gym.make(cfg.env.id, **kwargs)
     ids = bench.held_out_tasks(env.unwrapped, b.eval_tasks)
-    out: dict[str, Any] = {}
-    for style in ("goal", "page"):
-        episodes = []
-        for task_id in ids:
-            env.reset(seed=0, options={"task_id": task_id})
-            actions, done, info = [], False, {}
-            while not done:
-                actions.append(env.unwrapped.expert_action(style=style))
-                _, _, terminated, truncated, info = env.step(actions[-1])
-                done = terminated or truncated
-            episodes.append({"task_id": task_id, "task_type": info["task_type"], "won": bool(info["won"]),
-                             "score": float(info["score"]), "steps": len(actions), "actions": actions})
-        out[style] = {"episodes": episodes}
     env.close()
+    envs = gigpo_gym.make_grouped(cfg.env.id, len(ids), 1, env_kwargs=kwargs, wrappers=(cfg.wrapper(),))
+    out: dict[str, Any] = {}
+    try:
+        for style in ("goal", "page"):
+            played = collect(ExpertPolicy(), envs, SamplingParams(max_new_tokens=1), seed=0,
+                             options={"env_options": [{"task_id": t} for t in ids]}, expert_kwargs={"style": style},
+                             final_keys=("score",))
+            actions: dict[int, list[str]] = {}
+            for traj, action in zip(played.traj_ids, played.actions):
+                actions.setdefault(traj, []).append(action)
+            out[style] = {"episodes": [{"task_id": ep.task_id, "task_type": ep.task_type, "won": ep.won,
+                                        "score": ep.final["score"], "steps": ep.length, "actions": actions[ep.traj_id]}
+                                       for ep in played.episodes]}
+    finally:
+        envs.close()
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, json.dumps(out, indent=1))
     return out

@@ -34,7 +34,7 @@ def cpu_seconds() -> float:
 def measure(model: str, args: argparse.Namespace) -> dict:
     overrides = [f"model.name={model}", f"model.device={args.device}", "algo.name=grpo", "algo.kwargs={}"]
     if model == "smollm2":  # keeps the pretrained model on the answer format (see docs/training.md)
-        overrides.append("model.response_prefix=<action>")
+        overrides.append("prompt.response_prefix=<action>")
     cfg = load_config(args.config, overrides)
     policy = build_policy(cfg)
     envs = gigpo_gym.make_grouped(

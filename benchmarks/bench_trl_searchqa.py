@@ -178,9 +178,9 @@ def evaluate(args, model_dir: Path, task_ids: list[str] | None = None) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.chat_template_utils import parse_response
 
-    from gigpo_gym.integrations.chat import tool_suffix_ids
+    from gigpo_gym.wrappers.chat import tool_suffix_ids
     from gigpo_gym.integrations.trl import environment_class, task_dataset
-    from gigpo_gym.integrations.trl_env import CompletionBudget, run_call, tool_methods
+    from gigpo_gym.wrappers.tool_env import CompletionBudget, run_call, tool_methods
 
     out, partial = model_dir / "eval.json", model_dir / "eval.partial.json"
     if out.is_file():

@@ -28,7 +28,8 @@ def train(env_name: str, algo: str, timesteps: int, *, dim: int, max_actions: in
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.logger import Logger
 
-    from gigpo_gym.wrappers.sb3 import SB3Policy, sb3_algorithms, make_sb3_env
+    from gigpo_gym.algos.policies.sb3 import SB3Policy
+    from gigpo_gym.wrappers.sb3 import make_sb3_env, sb3_algorithms
 
     env_id, _ = ENVS[env_name]
     algos = sb3_algorithms()

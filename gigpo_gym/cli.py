@@ -38,7 +38,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     """Print every env id with its backend, data in use and availability."""
     import os
 
-    from gigpo_gym.registration import ENV_SPECS, install_command
+    from gigpo_gym.core.extras import install_command
+    from gigpo_gym.registration import ENV_SPECS
 
     rows = []
     for spec in ENV_SPECS:
@@ -170,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _missing_extra(e: ImportError, command: str) -> str | None:
     """One line naming the extra to install when an optional module is missing, else None."""
-    from gigpo_gym.registration import MissingExtra, missing_extra_error
+    from gigpo_gym.core.extras import MissingExtra, missing_extra_error
 
     if isinstance(e, MissingExtra):
         return str(e)

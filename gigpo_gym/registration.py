@@ -106,17 +106,3 @@ def env_spec(env_id: str) -> EnvSpec:
     close = difflib.get_close_matches(env_id, ids, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise gym.error.UnregisteredEnv(f"unknown env id {env_id!r}; the suite has {ids}.{hint}")
-
-
-class MissingExtra(ImportError):
-    """An optional dependency is absent; the message names the extra and how to install it."""
-
-
-def install_command(extra: str) -> str:
-    """How to install ``extra``: from a clone (the package is on no index yet), and the published form."""
-    return f'pip install ".[{extra}]" in your gigpo-gym clone (pip install "gigpo-gym[{extra}]" once it is on PyPI)'
-
-
-def missing_extra_error(extra: str, what: str) -> MissingExtra:
-    """The error every optional dependency raises when it is absent."""
-    return MissingExtra(f"{what} needs the optional dependencies of the [{extra}] extra: {install_command(extra)}")

@@ -59,6 +59,143 @@ def test_layer_runs_without_torch(use):
     assert out.stdout.strip().splitlines()[-1] == "[]", f"{use} imported {out.stdout.strip()}"
 
 
+#: The layers of the package, from the bottom, and the layers each may import besides its own modules: nothing
+#: else, so no arrow runs upward or across and no two layers import each other.  docs/architecture.md draws it.
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "core": (),                                          # the contract: TextEnv, spaces, anchors, make_grouped, typed
+    "envs": ("core",),                                   # engines and their gym adapters, the registry, the package
+    "wrappers": ("core", "envs"),                        # the prompt stack, tool calls, chats, SB3 adapters
+    "algos.estimators": ("core",),                       # advantage rules on arrays
+    "algos.policies": ("core", "wrappers"),              # the Policy contract and its backends
+    "algos.training": ("core", "envs", "wrappers", "algos.estimators", "algos.policies"),
+    "algos.leaderboard": ("core", "envs", "wrappers", "algos.policies", "algos.training"),
+    "algos": ("core", "envs", "wrappers", "algos.estimators", "algos.policies", "algos.training", "algos.leaderboard"),
+    "integrations": ("core", "envs", "wrappers", "algos.estimators", "algos.policies"),  # adapters to other libraries
+    "cli": ("core", "envs", "wrappers", "algos", "integrations"),                    # the gigpo-gym command
+}
+#: Where each installed folder is (``package_dir`` in setup.cfg).
+FOLDERS = {"gigpo_gym": "gigpo_gym", "algos": "gigpo_gym.algos", "wrappers": "gigpo_gym.wrappers"}
+
+
+def layer_of(module: str) -> str:
+    """The layer of a module of the package (``gigpo_gym.algos.training.rollout`` -> ``algos.training``)."""
+    parts = module.split(".")
+    if module in ("gigpo_gym", "gigpo_gym.registration") or parts[1:2] == ["envs"]:
+        return "envs"
+    if module == "gigpo_gym.cli":
+        return "cli"
+    if parts[1] == "algos":
+        return "algos" if len(parts) == 2 or parts[2] == "cli" else f"algos.{parts[2]}"
+    if parts[1] in ALLOWED:
+        return parts[1]
+    raise AssertionError(f"{module} is in no layer: add its package to ALLOWED (tests/test_architecture.py) and to "
+                         "docs/architecture.md")
+
+
+def _modules(root: Path = ROOT) -> dict[str, Path]:
+    """Every module of the package (name -> file), as installed."""
+    out = {}
+    for folder, package in FOLDERS.items():
+        for path in sorted((root / folder).rglob("*.py")):
+            parts = list(path.relative_to(root / folder).with_suffix("").parts)
+            out[".".join([package, *parts[:-1]] if parts[-1] == "__init__" else [package, *parts])] = path
+    return out
+
+
+def _arrows(root: Path = ROOT) -> dict[str, set[str]]:
+    """module -> the package's modules it imports, at any depth of its file (lazy imports too).
+
+    ``from package import submodule`` imports the submodule, not the package's face.
+    """
+    modules = _modules(root)
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    arrows: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                subs = [f"{node.module}.{alias.name}" for alias in node.names]
+                names = subs if all(sub in modules for sub in subs) else [node.module]
+            else:
+                continue
+            found.update(target for target in map(known, names) if target and target != module)
+        arrows[module] = found
+    return arrows
+
+
+def test_every_import_follows_the_layer_table():
+    arrows = _arrows()
+    wrong = sorted(f"{module} ({layer_of(module)}) imports {target} ({layer_of(target)})"
+                   for module, targets in arrows.items() for target in targets
+                   if layer_of(target) != layer_of(module) and layer_of(target) not in ALLOWED[layer_of(module)])
+    assert wrong == [], "arrows the layer table does not allow:\n" + "\n".join(wrong)
+
+
+def _circles(arrows: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of a graph: its strongly connected components of more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(arrows.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                part.append(stack.pop())
+                if part[-1] == node:
+                    break
+            if len(part) > 1:
+                circles.append(sorted(part))
+
+    for node in sorted(arrows):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def test_no_module_imports_itself_through_a_circle_and_the_table_has_none():
+    assert _circles(_arrows()) == []
+    assert _circles({layer: set(allowed) for layer, allowed in ALLOWED.items()}) == []
+
+
+def test_the_circle_and_layer_checks_find_what_they_look_for(tmp_path):
+    (tmp_path / "gigpo_gym" / "core").mkdir(parents=True)
+    (tmp_path / "wrappers").mkdir()
+    (tmp_path / "algos").mkdir()
+    (tmp_path / "gigpo_gym" / "core" / "a.py").write_text("def f():\n    from gigpo_gym.wrappers.b import g\n")
+    (tmp_path / "wrappers" / "b.py").write_text("from gigpo_gym.core import a\n")
+    arrows = _arrows(tmp_path)
+    assert arrows == {"gigpo_gym.core.a": {"gigpo_gym.wrappers.b"}, "gigpo_gym.wrappers.b": {"gigpo_gym.core.a"}}
+    assert _circles(arrows) == [["gigpo_gym.core.a", "gigpo_gym.wrappers.b"]]
+    assert "wrappers" not in ALLOWED[layer_of("gigpo_gym.core.a")]
+    with pytest.raises(AssertionError, match="gigpo_gym.plugins.x is in no layer"):
+        layer_of("gigpo_gym.plugins.x")
+
+
+def test_the_architecture_page_draws_the_table():
+    """docs/architecture.md lists each layer with what it may import, as ALLOWED says."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    for layer, allowed in ALLOWED.items():
+        row = f"| `{layer}` | {', '.join(f'`{a}`' for a in allowed) or '(nothing)'} |"
+        assert row in page, f"docs/architecture.md has no row {row}"
+
+
 def _imports(path: Path) -> set[str]:
     """Every module a file imports, at any depth of the file (lazy imports included)."""
     names: set[str] = set()
@@ -82,8 +219,11 @@ def _offenders(folders: list[str], banned: tuple[str, ...]) -> list[str]:
     ]
 
 
-def test_envs_and_core_never_import_the_algorithm_side():
-    assert _offenders(["gigpo_gym/core", "gigpo_gym/envs"], ("gigpo_gym.algos", "torch", "transformers")) == []
+def test_the_env_suite_never_imports_torch():
+    """The envs and the wrappers run without torch; the wrappers load a tokenizer (transformers) only where the
+    ``tools`` template is asked to count tokens or list tool schemas."""
+    assert _offenders(["gigpo_gym/core", "gigpo_gym/envs"], ("torch", "transformers")) == []
+    assert _offenders(["wrappers"], ("torch",)) == []
 
 
 def test_engines_import_no_gymnasium():
@@ -91,17 +231,8 @@ def test_engines_import_no_gymnasium():
     assert _offenders(["gigpo_gym/envs"], ("gymnasium",)) == []
 
 
-def test_estimators_import_no_torch_and_nothing_above_them():
-    banned = ("torch", "transformers", "gigpo_gym.algos.policies", "gigpo_gym.algos.training", "gigpo_gym.algos.leaderboard")
-    assert _offenders(["algos/estimators"], banned) == []
-
-
-def test_policies_never_import_training_or_leaderboard():
-    assert _offenders(["algos/policies"], ("gigpo_gym.algos.training", "gigpo_gym.algos.leaderboard")) == []
-
-
-def test_training_never_imports_the_leaderboard():
-    assert _offenders(["algos/training"], ("gigpo_gym.algos.leaderboard",)) == []
+def test_estimators_import_no_torch():
+    assert _offenders(["algos/estimators"], ("torch", "transformers")) == []
 
 
 def test_the_leaderboard_reads_runs_without_the_training_loop():
@@ -154,34 +285,3 @@ def test_the_private_name_check_finds_both_forms(tmp_path):
                       "from gigpo_gym.algos.training import trainer as t\nt._save_selected(None)\nt.run_training\n")
     assert _private_uses(sample, root=tmp_path) == ["sample.py:1 imports gigpo_gym.algos.training.trainer._warm_start",
                     "sample.py:3 reads gigpo_gym.algos.training.trainer._save_selected"]
-
-
-@pytest.mark.parametrize("module, name, replacement", [
-    ("gigpo_gym.algos.training.trainer", "SELECTED_FILE", "RunFolder.SELECTED_FILE"),
-    ("gigpo_gym.algos.training.trainer", "REFERENCE_FILE", "RunFolder.REFERENCE_FILE"),
-    ("gigpo_gym.algos.training.trainer", "read_selected", "checkpoint.read_selected"),
-    ("gigpo_gym.algos.training.trainer", "success_sem", "metrics.success_sem"),
-    ("gigpo_gym.algos.training.trainer", "prompt_settings", "models.prompt_settings"),
-    ("gigpo_gym.algos.leaderboard.policies", "NAMED", "POLICY_LOADERS"),
-    ("gigpo_gym.algos.leaderboard.specs", "SPEC_KEYS", "fields(Spec)"),
-])
-def test_a_name_that_moved_still_imports_and_names_its_new_place(module, name, replacement):
-    import importlib
-
-    with pytest.warns(DeprecationWarning, match=replacement.replace("(", r"\(").replace(")", r"\)")):
-        assert getattr(importlib.import_module(module), name) is not None
-
-
-def test_old_wrapper_builders_warn_and_build_the_same_stack():
-    import gymnasium as gym
-
-    import gigpo_gym  # noqa: F401
-    from gigpo_gym.algos.training.rollout import llm_wrapper, wrap_llm_env
-    from gigpo_gym.wrappers import PromptConfig, wrap_for_llm
-
-    with pytest.warns(DeprecationWarning, match="use gigpo_gym.wrappers.wrap_for_llm"):
-        old = wrap_llm_env(gym.make("gigpo_gym/SearchQA-v0"), history_length=1, intro="Hi.")
-    with pytest.warns(DeprecationWarning, match="use gigpo_gym.wrappers.llm_stack"):
-        factory = llm_wrapper(history_length=1, intro="Hi.", anchor_mode="observation")
-    new = wrap_for_llm(gym.make("gigpo_gym/SearchQA-v0"), PromptConfig(history_length=1, intro="Hi."))
-    assert old.reset(seed=3)[0] == new.reset(seed=3)[0] == factory(gym.make("gigpo_gym/SearchQA-v0")).reset(seed=3)[0]

@@ -25,7 +25,7 @@ from gigpo_gym.integrations import require  # noqa: E402
 from gigpo_gym.integrations.trl import (  # noqa: E402
     GiGPOConfig, GiGPOTrainer, environment_class, expert_conversations, task_dataset, token_turns, with_tool_template,
 )
-from gigpo_gym.integrations.trl_env import CUT_MARK, OVER  # noqa: E402
+from gigpo_gym.wrappers.tool_env import CUT_MARK, OVER  # noqa: E402
 
 SEARCHQA, WEBSHOP, ALFWORLD = "gigpo_gym/SearchQA-v0", "gigpo_gym/WebShop-v0", "gigpo_gym/ALFWorld-v0"
 

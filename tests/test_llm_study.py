@@ -167,7 +167,7 @@ def test_each_trl_setting_moves_only_its_own_fields_of_the_searchqa_recipe():
     paid = load_config(ROOT / "configs" / "searchqa_smollm2.yaml", study.TRL_SETTINGS["env-reward"])
     rows = recipe.env.num_groups * recipe.env.group_size * 4  # SearchQA's 4-step cap: every row of an iteration
     assert whole.optim.mini_batch_size >= rows and whole.env == recipe.env
-    assert (paid.env.reward_scale, paid.env.reward_source, paid.env.invalid_action_penalty) == (1.0, "env", 0.0)
+    assert (paid.reward.scale, paid.reward.source, paid.reward.invalid_action_penalty) == (1.0, "env", 0.0)
     assert not paid.optim.skip_zero_advantage and paid.optim.mini_batch_size == recipe.optim.mini_batch_size
 
 

@@ -10,13 +10,11 @@ import gigpo_gym  # noqa: F401  (registers the ids)
 from gigpo_gym.algos.leaderboard.policies import resolve_policy
 from gigpo_gym.algos.leaderboard.runner import LeaderboardError
 from gigpo_gym.wrappers import PaperPrompt, paper_stack
-from gigpo_gym.wrappers.templates import (
-    ALFWORLD_TEMPLATE,
-    ALFWORLD_TEMPLATE_NO_HIS,
-    SEARCH_R1_TEMPLATE,
-    WEBSHOP_HISTORY_CHARS,
-    WEBSHOP_TEMPLATE_NO_HIS,
-)
+from gigpo_gym.envs.alfworld.prompts import NO_HISTORY as ALFWORLD_TEMPLATE_NO_HIS
+from gigpo_gym.envs.alfworld.prompts import WITH_HISTORY as ALFWORLD_TEMPLATE
+from gigpo_gym.envs.searchqa.prompts import SEARCH_R1_TEMPLATE
+from gigpo_gym.envs.webshop.prompts import HISTORY_CHARS as WEBSHOP_HISTORY_CHARS
+from gigpo_gym.envs.webshop.prompts import NO_HISTORY as WEBSHOP_TEMPLATE_NO_HIS
 
 
 def _reply(action: str) -> str:
@@ -78,9 +76,35 @@ def test_searchqa_gets_search_r1s_prompt_and_its_transcript():
     assert prompt == first + "no tags" + info["observation"] and "My previous action is invalid" in prompt
 
 
-def test_an_env_outside_the_suite_is_refused_with_the_families():
-    with pytest.raises(ValueError, match=r"cover the suite's \['alfworld', 'webshop', 'searchqa'\] envs; CounterEnv"):
+def test_an_env_without_paper_prompts_is_refused():
+    with pytest.raises(ValueError, match=r"the paper's prompts are the env's own \(metadata\['paper_prompt'\]: ALFWorld, "
+                                         r"WebShop and SearchQA have them\); CounterEnv has none"):
         PaperPrompt(CounterEnv())
+
+
+def test_the_texts_come_from_the_env_s_metadata_and_no_wrapper_names_an_env():
+    """A new env brings its own paper prompt: the wrapper fills whatever ``metadata["paper_prompt"]`` renders."""
+
+    class Texts:
+        def task(self, obs, info):
+            return "count"
+
+        def shown(self, obs, task):
+            return obs.upper()
+
+        def turn(self, shown, reply, parsed, obs):
+            return shown, parsed or ""
+
+        def render(self, *, task, obs, actions, steps, history_length, turns, history):
+            return f"{task} | {obs} | {history}"
+
+    env = CounterEnv()
+    env.metadata = {**env.metadata, "paper_prompt": Texts()}
+    wrapped = paper_stack(env, history_length=1)
+    first, _ = wrapped.reset(seed=0)
+    assert first.startswith("count | ") and first.endswith(" | ")
+    prompt, *_ = wrapped.step("<action>up</action>")
+    assert prompt.split(" | ")[2] == f"[Observation 1: '{first.split(' | ')[1]}', Action 1: 'up']"
 
 
 def test_the_leaderboard_takes_the_template_for_llm_policies_only():

@@ -9,6 +9,7 @@ from gigpo_gym.algos.policies.hf import HFPolicy
 from gigpo_gym.algos.policies.base import ChoiceBatch, Generation, SamplingParams, TokenBatch, TrainablePolicy
 from gigpo_gym.algos.policies.reference import ExpertPolicy, RandomAdmissiblePolicy
 from gigpo_gym.algos.policies.tiny import TinySpec, build_tiny, train_tokenizer
+from gigpo_gym.wrappers.stack import InputFormat
 
 CORPUS = [
     "Walk to the exit. You are in room 1. The exit is east of room 3. Admissible actions: go east | go west | wait",
@@ -152,7 +153,7 @@ def test_reference_policies_act_from_context():
 
 
 def test_response_prefix_is_part_of_the_prompt_and_of_the_text(tiny_path):
-    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", response_prefix="<action>")
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", input_format=InputFormat(response_prefix="<action>"))
     tag = policy.tokenizer.convert_tokens_to_ids("<action>")
     gen = policy.generate(PROMPTS[:1], SamplingParams(max_new_tokens=3, seed=0))[0]
     assert gen.prompt_ids[-1] == tag and tag not in gen.response_ids[:1]

@@ -69,7 +69,7 @@ def test_the_paper_s_prompts_train_a_model(tmp_path):
     """``prompt.template: paper``: the warm start's transcripts and the rollouts are the paper's (Search-R1's) prompts."""
     from gigpo_gym.algos.training.sft import expert_demonstrations
     from gigpo_gym.algos.training.trainer import Trainer
-    from gigpo_gym.wrappers.templates import SEARCH_R1_TEMPLATE
+    from gigpo_gym.envs.searchqa.prompts import SEARCH_R1_TEMPLATE
 
     cfg = load_config(None, [
         "env.id=gigpo_gym/SearchQA-v0", "env.num_groups=1", "env.group_size=2", "env.eval_episodes=0",

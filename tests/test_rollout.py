@@ -131,9 +131,12 @@ def test_rows_feed_the_advantage_estimators():
     envs.close()
 
 
-def test_reward_shaping_rejects_unknown_source():
-    with pytest.raises(ValueError, match="reward source must be 'won' or 'env'"):
+def test_reward_shaping_rejects_unknown_source_and_says_what_it_pays():
+    with pytest.raises(ValueError, match=r"source must be one of \['won', 'env'\], got 'score'"):
         RewardShaping(source="score")
+    assert RewardShaping(scale=1.0, source="env", invalid_action_penalty=0.0).describe() == "pays 1 x the env's reward"
+    assert RewardShaping(revisit_penalty=0.5).describe() == ("pays 10 x success (1 on the winning step), - 0.1 per "
+                                                            "invalid action, - 0.5 per step back into a state already seen")
 
 
 def test_a_policy_gets_the_context_it_asks_for_in_training_as_on_the_leaderboard():

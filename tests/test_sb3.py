@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import gigpo_gym  # noqa: F401
-from gigpo_gym.wrappers.sb3 import AdmissibleDiscrete, HashedText, SB3Policy, TextHasher, make_sb3_env
+from gigpo_gym.algos.policies.sb3 import SB3Policy
+from gigpo_gym.wrappers.sb3 import AdmissibleDiscrete, HashedText, TextHasher, make_sb3_env
 
 pytest.importorskip("stable_baselines3")
 

@@ -36,10 +36,10 @@ from gigpo_gym.algos.policies.base import Generation, Policy, SamplingParams  # 
 from gigpo_gym.algos.policies.hf import HFPolicy  # noqa: E402
 from gigpo_gym.algos.policies.reference import ExpertPolicy  # noqa: E402
 from gigpo_gym.algos.training.rollout import collect  # noqa: E402
-from gigpo_gym.integrations.chat import parse_reply, tool_chat  # noqa: E402
-from gigpo_gym.integrations.tools import parse_calls, render_calls  # noqa: E402
+from gigpo_gym.wrappers.chat import parse_reply, tool_chat  # noqa: E402
+from gigpo_gym.wrappers.tool_calls import parse_calls, render_calls  # noqa: E402
 from gigpo_gym.integrations.trl import environment_class, task_dataset  # noqa: E402
-from gigpo_gym.integrations.trl_env import CUT_MARK  # noqa: E402
+from gigpo_gym.wrappers.tool_env import CUT_MARK  # noqa: E402
 from gigpo_gym.wrappers import PromptConfig, llm_stack, wrap_for_llm  # noqa: E402
 
 SEARCHQA = "gigpo_gym/SearchQA-v0"

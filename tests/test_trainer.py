@@ -210,10 +210,14 @@ def test_bad_config_keys_and_values_are_named(tmp_path):
     with pytest.raises(ConfigError, match=r"optim.mini_batch_size \(4\) must be >= micro_batch_size \(8\)"):
         load_config(None, ["optim.mini_batch_size=4", "optim.micro_batch_size=8"])
     assert load_config(None, ["optim.lr=1e-5"]).optim.lr == 1e-5  # YAML reads 1e-5 as a string
-    with pytest.raises(ConfigError, match="env.revisit_penalty must be >= 0, got -0.1"):
-        load_config(None, ["env.revisit_penalty=-0.1"])
-    with pytest.raises(ConfigError, match="env.invalid_action_penalty must be >= 0, got -0.1"):
-        load_config(None, ["env.invalid_action_penalty=-0.1"])
+    with pytest.raises(ConfigError, match=r"reward.revisit_penalty must be >= 0 \(a penalty is subtracted\), got -0.1"):
+        load_config(None, ["reward.revisit_penalty=-0.1"])
+    with pytest.raises(ConfigError, match="reward.invalid_action_penalty must be >= 0"):
+        load_config(None, ["reward.invalid_action_penalty=-0.1"])
+    with pytest.raises(ConfigError, match=r"reward.source must be one of \['won', 'env'\], got 'score'"):
+        load_config(None, ["reward.source=score"])
+    with pytest.raises(ConfigError, match=r"unknown config key 'env.reward_scale'"):  # the reward section says it
+        load_config(None, ["env.reward_scale=1"])
 
 
 def test_surrogate_clips_and_kl_is_the_k3_estimator():
@@ -420,16 +424,18 @@ def test_each_config_section_checks_itself_and_names_the_key():
     assert SamplingConfig(eval_temperature=0.0).params(evaluation=True, seed=3).temperature == 0.0
 
 
-def test_old_env_prompt_keys_load_into_the_prompt_section_with_a_warning():
-    with pytest.warns(DeprecationWarning, match="env.prompt_intro is deprecated: use prompt.intro"):
-        cfg = load_config(None, ["env.prompt_intro=Hello.", "env.history_length=1", "env.list_actions=false"])
-    assert (cfg.prompt.intro, cfg.prompt.history_length, cfg.prompt.list_actions) == ("Hello.", 1, False)
-    with pytest.raises(ConfigError, match="env.history_length and prompt.history_length are both set"):
-        load_config(None, ["env.history_length=1", "prompt.history_length=2"])
+def test_what_shapes_the_prompt_is_the_prompt_section_s():
+    with pytest.raises(ConfigError, match=r"unknown config key 'env.prompt_intro'"):
+        load_config(None, ["env.prompt_intro=Hello."])
+    with pytest.raises(ConfigError, match=r"unknown config key 'model.response_prefix'"):
+        load_config(None, ["model.response_prefix=<action>"])
     kwargs = "env.kwargs={split: train, observation_mode: text_rich}"
-    with pytest.warns(DeprecationWarning, match="env.kwargs.observation_mode is deprecated: use prompt.observation_mode"):
-        cfg = load_config(None, ["env.id=gigpo_gym/WebShop-v0", kwargs])
-    assert cfg.prompt.observation_mode == "text_rich" and cfg.env.kwargs["observation_mode"] == "text_rich"
+    with pytest.raises(ConfigError, match=r"env.kwargs.observation_mode: how the policy sees the env is "
+                                          r"prompt.observation_mode \(set it there: prompt.observation_mode: text_rich\)"):
+        load_config(None, ["env.id=gigpo_gym/WebShop-v0", kwargs])
+    cfg = load_config(None, ["env.id=gigpo_gym/WebShop-v0", "prompt.observation_mode=text_rich",
+                             "prompt.response_prefix=<action>", "prompt.system_prompt=Shop.", "prompt.chat_template=false"])
     assert cfg.env_kwargs("eval")["observation_mode"] == "text_rich"  # every env of the run renders the same way
-    with pytest.raises(ConfigError, match="differ: keep prompt.observation_mode only"):
-        load_config(None, ["env.id=gigpo_gym/WebShop-v0", kwargs, "prompt.observation_mode=text"])
+    assert (cfg.prompt.input_format().response_prefix, cfg.prompt.input_format().chat_template) == ("<action>", False)
+    with pytest.raises(ConfigError, match=r"prompt.intro is not read by the 'tools' template"):
+        load_config(None, ["prompt.template=tools", "prompt.intro=hi"])

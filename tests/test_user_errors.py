@@ -65,7 +65,7 @@ def test_a_command_without_its_extra_names_the_extra(capsys, monkeypatch):
 
 def test_every_missing_extra_names_the_command_that_works_from_a_clone():
     """The package is on no index yet: the install hint a user copies must work from a clone."""
-    from gigpo_gym.registration import MissingExtra, install_command, missing_extra_error
+    from gigpo_gym.core.extras import MissingExtra, install_command, missing_extra_error
 
     error = missing_extra_error("dense", "the dense retriever")
     assert isinstance(error, MissingExtra) and isinstance(error, ImportError)

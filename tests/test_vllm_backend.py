@@ -56,9 +56,10 @@ def close(kind: str, actor) -> None:
 @pytest.mark.parametrize("kind", BACKENDS)
 def test_backend_contract(kind, model_path):
     from gigpo_gym.algos.policies.hf import HFPolicy
+    from gigpo_gym.wrappers.stack import InputFormat
 
     device = "cuda" if kind == "vllm" else "cpu"
-    trained = HFPolicy.from_pretrained(model_path, device=device, response_prefix="<action>")
+    trained = HFPolicy.from_pretrained(model_path, device=device, input_format=InputFormat(response_prefix="<action>"))
     actor = backend(kind, trained)
     try:
         if kind == "vllm":  # fed prompt ids only, it must not claim the chats of the tools template

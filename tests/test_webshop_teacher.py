@@ -109,16 +109,13 @@ def test_unknown_expert_style_names_the_styles(env):
 
 def test_sft_demonstrations_take_the_teacher_through_expert_kwargs():
     from gigpo_gym.algos.training.config import load_config
-    from gigpo_gym.algos.training.rollout import wrap_llm_env
     from gigpo_gym.algos.training.sft import expert_demonstrations
-    from gigpo_gym.algos.training.trainer import prompt_settings
 
-    cfg = load_config(None, ["env.id=gigpo_gym/WebShop-v0", "env.kwargs={observation_mode: text_rich, max_episode_steps: 10}",
-                             "sft.expert_kwargs={style: page}"])
-    settings = prompt_settings(cfg)
-    demos = expert_demonstrations(cfg.env.id, 8, env_kwargs=cfg.env.kwargs, expert_kwargs=cfg.sft.expert_kwargs,
-                                  wrapper=lambda e: wrap_llm_env(e, **settings))
+    cfg = load_config(None, ["env.id=gigpo_gym/WebShop-v0", "env.kwargs={max_episode_steps: 10}",
+                             "prompt.observation_mode=text_rich", "sft.expert_kwargs={style: page}"])
+    demos = expert_demonstrations(cfg.env.id, 8, env_kwargs=cfg.env_kwargs(), expert_kwargs=cfg.sft.expert_kwargs,
+                                  wrapper=cfg.wrapper())
     replies = [r for _, r in demos]
     assert replies and not any("next >" in r for r in replies)
-    goal = expert_demonstrations(cfg.env.id, 8, env_kwargs=cfg.env.kwargs, wrapper=lambda e: wrap_llm_env(e, **settings))
+    goal = expert_demonstrations(cfg.env.id, 8, env_kwargs=cfg.env_kwargs(), wrapper=cfg.wrapper())
     assert [r for _, r in goal] != replies

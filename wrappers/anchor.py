@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args
 
 import gymnasium as gym
 
 from gigpo_gym.core.anchor import digest
 
-ANCHOR_MODES = ("state", "observation")
+#: What an anchor key digests: the env's true state, or the raw observation text (the GiGPO paper's choice).
+AnchorMode = Literal["state", "observation"]
+ANCHOR_MODES: tuple[str, ...] = get_args(AnchorMode)
 
 
 class AnchorKey(gym.Wrapper):

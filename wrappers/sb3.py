@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import re
-from pathlib import Path
 from typing import Any, Sequence
 
 import gymnasium as gym
@@ -171,7 +169,7 @@ def sb3_algorithms() -> dict[str, Any]:
     try:
         from stable_baselines3 import PPO
     except ImportError as e:
-        from gigpo_gym.registration import missing_extra_error
+        from gigpo_gym.core.extras import missing_extra_error
 
         raise missing_extra_error("sb3", "Stable-Baselines3 training") from e
     algos: dict[str, Any] = {"PPO": PPO}
@@ -182,73 +180,3 @@ def sb3_algorithms() -> dict[str, Any]:
     except ImportError:
         pass
     return algos
-
-
-class SB3Policy:
-    """A trained SB3 model behind the leaderboard's ``generate`` call (acts greedily).
-
-    Saved as ``model.zip`` plus ``model.json`` (algorithm, ``dim``, ``max_actions``,
-    ``with_actions``) so the features are rebuilt exactly as in training.
-    """
-
-    #: The ``gigpo_gym.algos.Policy`` contract, spelled out: the wrappers do not import the algorithm side at import time.
-    needs_context = ("admissible_actions", "observation", "task", "instruction")
-    concurrent = False
-
-    def __init__(self, model: Any, settings: dict[str, Any]):
-        self.model, self.settings = model, dict(settings)
-        self.algo_name = settings["algo"]
-        self.max_actions = int(settings["max_actions"])
-        self.hasher = TextHasher(int(settings["dim"]), bool(settings.get("with_actions", True)))
-
-    @staticmethod
-    def settings_path(path: str | Path) -> Path:
-        return Path(path).with_suffix(".json")
-
-    def save(self, path: str | Path) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.model.save(str(path))
-        self.settings_path(path).write_text(json.dumps(self.settings, indent=2, sort_keys=True))
-
-    @classmethod
-    def load(cls, path: str | Path, device: str = "cpu") -> "SB3Policy":
-        path = Path(path)
-        meta = cls.settings_path(path)
-        if not meta.is_file():
-            raise FileNotFoundError(f"{meta} is missing: it holds the feature settings of {path}")
-        settings = json.loads(meta.read_text())
-        algos = sb3_algorithms()
-        if settings.get("algo") not in algos:
-            raise ValueError(f"{meta}: algo {settings.get('algo')!r} is not available (installed: {sorted(algos)})")
-        return cls(algos[settings["algo"]].load(str(path), device=device), settings)
-
-    def describe(self) -> dict[str, Any]:
-        return dict(self.settings)
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-    def act(self, task: str, observation: str, admissible: Sequence[str], query: str | None = None) -> str:
-        slots = concrete_actions(admissible, query)[: self.max_actions]
-        features = self.hasher(task, observation, slots)
-        kwargs = {}
-        if self.algo_name == "MaskablePPO":
-            mask = np.zeros(self.max_actions, dtype=bool)
-            mask[: len(slots)] = True
-            kwargs["action_masks"] = mask if mask.any() else np.ones(self.max_actions, dtype=bool)
-        action, _ = self.model.predict(features, deterministic=True, **kwargs)
-        index = int(action)
-        return slots[index] if index < len(slots) else ""
-
-    def generate(self, prompts: Sequence[str], sampling: Any, contexts: Sequence[dict[str, Any]] | None = None):
-        from gigpo_gym.algos.policies.base import Generation
-
-        if contexts is None or len(contexts) != len(prompts):
-            raise ValueError("SB3Policy needs one context (task, observation, admissible_actions) per prompt")
-        out = []
-        for ctx in contexts:
-            action = self.act(ctx.get("task", ""), ctx.get("observation", ""), ctx.get("admissible_actions") or [],
-                              ctx.get("instruction"))
-            out.append(Generation(text=f"<action>{action}</action>", prompt_ids=[], response_ids=[], log_probs=[]))
-        return out

@@ -8,6 +8,11 @@ builds: for ``"default"``, ``ActionParser(HistoryPrompt(AnchorKey(env)))``; for
 ``"tools"``, ``ToolsPrompt(env)``, TRL's tool-calling conversation (``tools_prompt``).
 The registry is open: ``register_template("mine", build)`` adds a template by name.
 
+The stack's observations are the prompt texts; ``InputFormat`` (``PromptConfig.input_format``)
+says how a text reaches a model: as one user message of its chat template after an
+optional system message (``messages``), or as plain text, and which text its answer
+starts with.  A policy only tokenises what these build and truncates it.
+
 >>> import gymnasium as gym, gigpo_gym
 >>> prompt = PromptConfig(history_length=1, intro="You are a researcher.")
 >>> env = wrap_for_llm(gym.make("gigpo_gym/SearchQA-v0"), prompt)
@@ -70,6 +75,12 @@ class PromptConfig:
     """The 'tools' template: tool results are cut to this many tokens, as TRL's ``environment_class`` cuts them in training."""
     observation_tokenizer: str | None = None
     """The 'tools' template: the tokenizer (a local folder) whose tokens ``max_observation_tokens`` counts, the policy's as in training; None: UTF-8 bytes."""
+    system_prompt: str | None = None
+    """A system message before each prompt (with the chat template; the 'tools' template's chats too)."""
+    response_prefix: str = ""
+    """Text the answer starts with, given as part of the prompt (e.g. '<action>' keeps small models on format)."""
+    chat_template: bool | None = None
+    """Give each prompt as a user message through the model's chat template (None: when its tokenizer has one)."""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -97,6 +108,42 @@ class PromptConfig:
         """The fields that differ from the defaults: how a leaderboard result names these prompts."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) != f.default}
 
+    def input_format(self) -> "InputFormat":
+        """How each prompt text reaches the model (chat template, system message, start of the answer)."""
+        return InputFormat(self.chat_template, self.system_prompt, self.response_prefix)
+
+
+@dataclass(frozen=True)
+class InputFormat:
+    """How a prompt text reaches a model: a chat (a system message, then the text as the user's) or plain text,
+    and the text its answer starts with.  The policy applies its tokenizer's chat template to ``messages``,
+    appends ``response_prefix`` and tokenises; nothing else.
+
+    >>> InputFormat(system_prompt="Be brief.").messages("Where is the mug?")
+    [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Where is the mug?'}]
+    """
+
+    chat_template: bool | None = None
+    """Use the chat template (None: when the tokenizer has one)."""
+    system_prompt: str | None = None
+    response_prefix: str = ""
+
+    def uses_chat(self, has_chat_template: bool) -> bool:
+        """Whether prompts go through the chat template, for a tokenizer that has one or not."""
+        if self.chat_template and not has_chat_template:
+            raise ValueError("chat_template is true but the tokenizer has no chat template: set it to false or null")
+        return has_chat_template if self.chat_template is None else bool(self.chat_template)
+
+    def messages(self, text: str) -> list[dict[str, str]]:
+        """The chat of one prompt text: the system message (if any), then the text as the user's message."""
+        return self.with_system([{"role": "user", "content": text}])
+
+    def with_system(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A chat (the 'tools' template's) with the system message first, unless it opens with one already."""
+        if self.system_prompt and (not messages or messages[0].get("role") != "system"):
+            return [{"role": "system", "content": self.system_prompt}, *messages]
+        return list(messages)
+
 
 def register_template(name: str, build: Callable[[gym.Env, PromptConfig, str], gym.Env],
                       reads: Iterable[str] | None = None) -> None:
@@ -120,12 +167,6 @@ def wrap_for_llm(env: gym.Env, prompt: PromptConfig | None = None, anchor_mode: 
     history_length=1)``).  ``prompt.observation_mode`` is an env kwarg: make the env with
     ``prompt.env_kwargs()`` (``llm_stack`` and the trainer do).
     """
-    if isinstance(prompt, int):  # the signature before PromptConfig: wrap_for_llm(env, history_length, ...)
-        import warnings
-
-        warnings.warn("wrap_for_llm(env, history_length) is deprecated: use wrap_for_llm(env, history_length=...) or "
-                      "wrap_for_llm(env, PromptConfig(...))", DeprecationWarning, stacklevel=2)
-        prompt, fields = None, {"history_length": prompt, **fields}
     if prompt is None:
         prompt = PromptConfig(**fields)
     elif fields:
@@ -158,8 +199,10 @@ def _tools_stack(env: gym.Env, prompt: PromptConfig, anchor_mode: str) -> gym.En
     return tools_stack(env, prompt, anchor_mode)
 
 
+#: What every template of prompt texts reads: how a text reaches the model.
+_INPUT = ("system_prompt", "response_prefix", "chat_template")
 register_template("default", _default_stack, reads=("history_length", "intro", "action_format", "task_key",
-                                                   "list_actions", "observation_mode"))
-register_template("paper", _paper_stack, reads=("history_length", "observation_mode"))
+                                                   "list_actions", "observation_mode", *_INPUT))
+register_template("paper", _paper_stack, reads=("history_length", "observation_mode", *_INPUT))
 register_template("tools", _tools_stack, reads=("list_actions", "observation_mode", "max_observation_tokens",
-                                               "observation_tokenizer"))
+                                               "observation_tokenizer", "system_prompt"))

@@ -1,14 +1,14 @@
 """The ``tools`` prompt template: an episode as TRL's tool-calling conversation.
 
 A model trained with TRL (``integrations.trl``: ``environment_class``, ``task_dataset``,
-``GRPOTrainer``) saw a chat: the user message (the family's instructions, then the
-env's first observation), its replies, and after each reply one ``tool`` message per
-tool call it made.  ``ToolsPrompt`` keeps that chat for one episode and plays the env
-through the same ``ToolEnvironment`` TRL plays (rendering, cuts, tool errors), so the
-model is evaluated in the conversation it trained in.
+``GRPOTrainer``) saw a chat: the user message (the env's tool instructions, then its
+first observation), its replies, and after each reply one ``tool`` message per tool call
+it made.  ``ToolsPrompt`` keeps that chat for one episode and plays the env through the
+same ``ToolEnvironment`` TRL plays (rendering, cuts, tool errors), so the model is
+evaluated in the conversation it trained in.
 
-One reply is one step: its ``<tool_call>`` calls (``tools.parse_calls``) run in order as
-TRL runs them (``trl_env.run_call``: an unknown tool or arguments the tool does not
+One reply is one step: its ``<tool_call>`` calls (``tool_calls.parse_calls``) run in order as
+TRL runs them (``tool_env.run_call``: an unknown tool or arguments the tool does not
 take answer TRL's error text); a reply without a call ends the episode, as it ends
 TRL's conversation.  The step's reward is the sum of its calls' env rewards; it is
 valid when it made calls and each stepped the env with a valid action.  The info
@@ -27,10 +27,9 @@ from typing import Any
 import gymnasium as gym
 
 from gigpo_gym.core.spaces import String
-from gigpo_gym.integrations.tools import FAMILIES, parse_calls, render_calls
-from gigpo_gym.integrations.trl_env import run_call, tool_class, tool_schemas
 from gigpo_gym.wrappers.anchor import ANCHOR_MODES
-from gigpo_gym.wrappers.templates import env_family
+from gigpo_gym.wrappers.tool_calls import Family, parse_calls, render_calls
+from gigpo_gym.wrappers.tool_env import run_call, tool_class, tool_schemas
 
 MAX_PROMPT_LENGTH = 1 << 22
 
@@ -57,7 +56,7 @@ class ToolsPrompt(gym.Wrapper):
         if anchor_mode not in ANCHOR_MODES:
             raise ValueError(f"anchor_mode must be one of {ANCHOR_MODES}, got {anchor_mode!r}")
         super().__init__(env)
-        self.family = FAMILIES[env_family(env)]
+        self.family = Family.of(env)
         cls = tool_class(self.family, tokenizer=tokenizer, max_observation_tokens=max_observation_tokens,
                          list_actions=list_actions)
         self.tool_env = cls(env)  # TRL's environment, playing this env
@@ -133,7 +132,7 @@ def load_tokenizer(path: str) -> Any:
     try:
         from transformers import AutoTokenizer
     except ImportError as e:  # pragma: no cover - depends on the install
-        from gigpo_gym.registration import missing_extra_error
+        from gigpo_gym.core.extras import missing_extra_error
 
         raise missing_extra_error("train", "observation_tokenizer of the tools prompt") from e
     return AutoTokenizer.from_pretrained(path, local_files_only=True)

@@ -154,7 +154,7 @@ class GiGPO(Algorithm):
         if not 0.0 < self.similarity_threshold <= 1.0:
             raise ValueError(f"gigpo: similarity_threshold must be in (0, 1], got {self.similarity_threshold}")
         if self.backend == "numba" and not compiled.AVAILABLE:
-            from gigpo_gym.registration import install_command
+            from gigpo_gym.core.extras import install_command
 
             raise ValueError(f'gigpo: backend="numba" needs numba: {install_command("fast")} (or use backend="auto")')
 

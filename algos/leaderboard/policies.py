@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gigpo_gym.algos.leaderboard.specs import LeaderboardError, Spec
-from gigpo_gym.algos.policies.base import Generation, Policy, SamplingParams
-from gigpo_gym.wrappers.stack import PROMPT_TEMPLATES, PromptConfig
+from gigpo_gym.algos.policies.base import Policy, SamplingParams
+from gigpo_gym.wrappers.stack import PROMPT_TEMPLATES, InputFormat, PromptConfig
 
 ENTRY_POINT_GROUP = "gigpo_gym.policies"
 #: The kinds that generate with an LLM (they take ``template`` and decoding settings).
@@ -123,7 +123,8 @@ class LoadedPolicy:
         p = self.prompt
         record = {"history_length": p.history_length, "anchor_mode": self.anchor_mode, "intro": p.intro,
                   "action_format": p.action_format, "task_key": p.task_key, "list_actions": p.list_actions}
-        kept = ("template", "observation_mode", "max_observation_tokens", "observation_tokenizer")
+        kept = ("template", "observation_mode", "max_observation_tokens", "observation_tokenizer", "system_prompt",
+                "response_prefix", "chat_template")
         return {**record, **{k: v for k, v in p.record().items() if k in kept}}
 
     def describe(self) -> dict[str, Any]:
@@ -234,16 +235,6 @@ def _tools_settings(loaded: LoadedPolicy, max_observation_tokens: int | None) ->
     return settings
 
 
-def __getattr__(name: str) -> Any:
-    if name == "NAMED":  # the names of before the registry
-        import warnings
-
-        warnings.warn("policies.NAMED is deprecated: the names are the keys of POLICY_LOADERS", DeprecationWarning,
-                      stacklevel=2)
-        return ("random", "random-search", "expert", "smollm2")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 # -- the built-in loaders ----------------------------------------------------------------
 _NEUTRAL = SamplingParams(max_new_tokens=1, temperature=0.0)
 
@@ -258,6 +249,8 @@ def _random(req: PolicyRequest) -> LoadedPolicy:
 
 @register_policy_loader("random-search")
 def _random_search(req: PolicyRequest) -> LoadedPolicy:
+    from gigpo_gym.algos.policies.concrete import RandomConcretePolicy
+
     return LoadedPolicy(RandomConcretePolicy(seed=req.seed), req.text, "random",
                         req.name or "random admissible, instruction search", True, _NEUTRAL, details={"seed": req.seed})
 
@@ -271,7 +264,7 @@ def _expert(req: PolicyRequest) -> LoadedPolicy:
 
 @register_policy_loader("sb3")
 def _sb3(req: PolicyRequest) -> LoadedPolicy:
-    from gigpo_gym.wrappers.sb3 import SB3Policy
+    from gigpo_gym.algos.policies.sb3 import SB3Policy
 
     path = Path(req.argument)
     if not path.is_file():
@@ -287,7 +280,7 @@ def _smollm2(req: PolicyRequest) -> LoadedPolicy:
     from gigpo_gym.algos.policies.smollm import smollm2_path
 
     prefix = "<action>" if _command_env(req.env_id) and req.template == "default" else ""
-    policy = HFPolicy.from_pretrained(smollm2_path(), device=req.device, response_prefix=prefix,
+    policy = HFPolicy.from_pretrained(smollm2_path(), device=req.device, input_format=InputFormat(response_prefix=prefix),
                                       max_prompt_tokens=1024 if req.template == "default" else _long_prompts(
                                           smollm2_path(), req),
                                       choose_admissible=req.choose_admissible)
@@ -381,7 +374,7 @@ def _load_hf_folder(req: PolicyRequest, path: Path, kind_details: dict[str, Any]
     elif (path / "config.json").is_file():
         prefix = "<action>" if _command_env(req.env_id) and req.template == "default" else ""
         # the paper's prompts are long (history, actions); a served model reads them whole too
-        policy = HFPolicy.from_pretrained(path, device=req.device, response_prefix=prefix,
+        policy = HFPolicy.from_pretrained(path, device=req.device, input_format=InputFormat(response_prefix=prefix),
                                           max_prompt_tokens=2048 if req.template == "default" else _long_prompts(
                                               path, req),
                                           choose_admissible=req.choose_admissible)
@@ -399,7 +392,7 @@ def _load_hub(req: PolicyRequest) -> LoadedPolicy:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import LocalEntryNotFoundError
     except ImportError as e:  # pragma: no cover - comes with transformers
-        from gigpo_gym.registration import missing_extra_error
+        from gigpo_gym.core.extras import missing_extra_error
 
         raise missing_extra_error("train", "Hugging Face hub models") from e
     try:
@@ -446,58 +439,8 @@ def _llm_sampling(req: PolicyRequest) -> SamplingParams:
     )
 
 
-def _concrete_options(prompts, contexts, who: str) -> list[list[str]]:
-    """Each row's admissible actions with ``<query>`` filled by its ``instruction`` (if any)."""
-    from gigpo_gym.wrappers.sb3 import concrete_actions
-
-    if contexts is None or len(contexts) != len(prompts):
-        raise ValueError(f"{who} needs one context (admissible_actions, instruction) per prompt")
-    return [concrete_actions(c.get("admissible_actions") or [], c.get("instruction")) for c in contexts]
-
-
-class RandomConcretePolicy(Policy):
-    """Random admissible action, with templated ones (WebShop's ``search[<query>]``) filled
-    with the task's instruction: a random baseline that can reach a product at all."""
-
-    needs_context = ("admissible_actions", "instruction")
-
-    def __init__(self, seed: int = 0):
-        import numpy as np
-
-        self._rng = np.random.default_rng(seed)
-
-    def generate(self, prompts, sampling, contexts=None):
-        out = []
-        for options in _concrete_options(prompts, contexts, "RandomConcretePolicy"):
-            action = options[int(self._rng.integers(len(options)))] if options else ""
-            out.append(Generation(text=f"<action>{action}</action>", prompt_ids=[], response_ids=[], log_probs=[]))
-        return out
-
-
-class ConcreteChoice(Policy):
-    """An HF policy choosing among the admissible actions, templated ones filled first.
-
-    ``policy`` is built to choose (``HFPolicy(choose_admissible=True)``); this wrapper
-    fills WebShop's ``search[<query>]`` with the instruction (as ``random-search`` does),
-    so every candidate is one concrete command; ALFWorld's actions pass unchanged.
-    """
-
-    needs_context = ("admissible_actions", "instruction")
-
-    def __init__(self, policy: Any):
-        if not policy.choose_admissible:
-            raise ValueError("ConcreteChoice needs a policy built with choose_admissible=True")
-        self.policy = policy
-
-    def generate(self, prompts, sampling, contexts=None):
-        options = _concrete_options(prompts, contexts, "admissible choice")
-        return self.policy.generate(prompts, sampling, [{**c, "admissible_actions": o} for c, o in zip(contexts, options)])
-
-    def close(self) -> None:
-        self.policy.close()
-
-
 def _choosing(loaded: LoadedPolicy, env_id: str, custom_name: bool) -> LoadedPolicy:
+    from gigpo_gym.algos.policies.concrete import ConcreteChoice
     from gigpo_gym.algos.policies.hf import HFPolicy
 
     if not isinstance(loaded.policy, HFPolicy):

@@ -20,7 +20,7 @@ import gymnasium as gym
 from gigpo_gym.algos.policies.base import Generation, Policy, SamplingParams, as_policy
 from gigpo_gym.algos.training.rollout import Episode, collect
 from gigpo_gym.core.env import derive_seed
-from gigpo_gym.wrappers.stack import PROMPT_TEMPLATES, PromptConfig, wrap_for_llm
+from gigpo_gym.wrappers.stack import PromptConfig, wrap_for_llm
 
 
 # -- crash isolation --------------------------------------------------------------------
@@ -122,12 +122,6 @@ class IsolatedPolicy(Policy):
 
 def guarded_stack(prompt: PromptConfig, env: gym.Env, anchor_mode: str = "state") -> gym.Env:
     """A leaderboard env: the prompt stack (``wrap_for_llm``) with ``CrashGuard`` outermost."""
-    if isinstance(prompt, dict):  # the settings mapping of before PromptConfig
-        settings = dict(prompt)
-        anchor_mode = settings.pop("anchor_mode", anchor_mode)
-        template = settings.pop("template", "default")
-        reads = PROMPT_TEMPLATES[template].reads
-        prompt = PromptConfig(template=template, **{k: v for k, v in settings.items() if k in reads})
     return CrashGuard(wrap_for_llm(env, prompt, anchor_mode))
 
 
@@ -164,16 +158,6 @@ class EpisodeRecord:
                "return": self.ret, "steps": self.steps, "invalid_steps": self.invalid_steps, "final": self.final,
                "error": self.error}
         return out if self.usage is None else {**out, "usage": self.usage}
-
-    def count(self, gen: Generation) -> None:
-        """Deprecated: the episode player counts a served model's tokens (``rollout.Episode.add_usage``)."""
-        import warnings
-
-        warnings.warn("EpisodeRecord.count is deprecated: the episode player counts tokens (Episode.add_usage)",
-                      DeprecationWarning, stacklevel=2)
-        episode = Episode(0, 0, "", "", usage=self.usage)
-        episode.add_usage(gen)
-        self.usage = episode.usage
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "EpisodeRecord":

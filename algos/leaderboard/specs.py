@@ -126,22 +126,6 @@ class Spec:
         return PromptConfig(history_length=self.history_length)
 
 
-def __getattr__(name: str) -> Any:
-    if name in ("SPEC_KEYS", "OPTIONAL_SPEC_KEYS"):  # the key tables of before the typed Spec
-        import warnings
-
-        warnings.warn(f"specs.{name} is deprecated: the keys are the fields of Spec (dataclasses.fields(Spec))",
-                      DeprecationWarning, stacklevel=2)
-        import typing
-
-        hints = typing.get_type_hints(Spec)
-        plain = {k: typing.get_origin(h) or h for k, h in hints.items()}
-        keys = {f.name: (typing.get_args(hints[f.name])[0] if f.name in _OPTIONAL else plain[f.name])
-                for f in fields(Spec) if f.init}
-        return keys if name == "SPEC_KEYS" else set(_OPTIONAL)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def check_spec(data: Any, where: str) -> Spec:
     """The ``Spec`` of a mapping; errors name the file, the key and the accepted values."""
     if not isinstance(data, dict):

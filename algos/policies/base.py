@@ -183,7 +183,7 @@ class Policy(Protocol):
       those messages, rendered with the tools by its chat template with the generation
       prompt, not the prompt string (the same chat as plain text, for policies that read
       text).  The reply's tool calls come back in its text as ``<tool_call>{"name": ...,
-      "arguments": {...}}</tool_call>`` (``integrations.tools.render_calls``).  The
+      "arguments": {...}}</tool_call>`` (``wrappers.tool_calls.render_calls``).  The
       leaderboard's ``tools`` prompt refuses a policy that does not list ``messages``.
     - ``concurrent``: True when every prompt of a step should go in one call however many
       (a served model, which overlaps its requests); False lets a caller cut a step into

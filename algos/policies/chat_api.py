@@ -1,8 +1,8 @@
 """Any model behind an OpenAI-compatible Chat Completions endpoint, as a policy that generates.
 
 vLLM, SGLang, llama.cpp, Ollama, ``transformers serve`` or a commercial API: each
-step's prompt goes as the user message (after an optional system message) through
-the official ``openai`` client (the ``[api]`` extra; no torch).  Every prompt of a
+step's prompt goes as the user message (after an optional system message:
+``InputFormat.messages``, the prompt stack's) through the official ``openai`` client (the ``[api]`` extra; no torch).  Every prompt of a
 ``generate`` call is in flight at once, at most ``max_concurrency`` at a time, on an
 event loop of the policy's own thread.  The key is read from the environment
 variable ``api_key_env`` names and lives only in the client: nothing this module
@@ -52,7 +52,8 @@ from typing import Any, Sequence
 
 from gigpo_gym.algos.policies.base import Generation, Policy, SamplingParams
 from gigpo_gym.core.env import derive_seed
-from gigpo_gym.integrations.tools import render_calls
+from gigpo_gym.wrappers.stack import InputFormat
+from gigpo_gym.wrappers.tool_calls import render_calls
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class ChatAPIPolicy(Policy):
         try:
             import openai
         except ImportError as e:
-            from gigpo_gym.registration import missing_extra_error
+            from gigpo_gym.core.extras import missing_extra_error
 
             raise missing_extra_error("api", "evaluating a served model (openai:MODEL)") from e
         for name, value, low in (("max_concurrency", max_concurrency, 1), ("max_retries", max_retries, 0)):
@@ -123,6 +124,8 @@ class ChatAPIPolicy(Policy):
         self.max_concurrency, self.max_retries = max_concurrency, max_retries
         self.request_timeout = float(request_timeout)
         self.system_prompt = system_prompt
+        #: How a prompt text or a chat becomes the request's messages (a served model always reads a chat).
+        self.input_format = InputFormat(chat_template=True, system_prompt=system_prompt)
         self.backoff = (float(backoff[0]), float(backoff[1]))
         self._key = os.environ.get(api_key_env, "")
         self._jitter = random.Random(0)  # spacing of retries only; never decides what a run does
@@ -213,9 +216,8 @@ class ChatAPIPolicy(Policy):
 
     async def _request(self, prompt: str, sampling: SamplingParams, seed: int | None, starting: bool,
                        chat: dict[str, Any] | None = None) -> ChatGeneration:
-        messages = [{"role": "user", "content": prompt}] if chat is None else _api_messages(chat["messages"])
-        if self.system_prompt:
-            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        fmt = self.input_format
+        messages = fmt.messages(prompt) if chat is None else fmt.with_system(_api_messages(chat["messages"]))
         params: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": sampling.temperature,
                                   "top_p": sampling.top_p, "max_tokens": sampling.max_new_tokens}
         if chat is not None and chat.get("tools"):

@@ -1,9 +1,10 @@
 """Hugging Face transformers backend of the policy interface.
 
 Any causal LM that ``AutoModelForCausalLM.from_pretrained`` loads (local folder or hub
-id; GGUF through ``gguf_file``), with the tokenizer's chat template when it has one,
-left-padded batched generation with a KV cache, LoRA through peft, and an optional
-value head for critics.  ``log_probs`` runs the decoder once and applies the LM head
+id; GGUF through ``gguf_file``), left-padded batched generation with a KV cache, LoRA
+through peft, and an optional value head for critics.  The policy only tokenises what the
+prompt stack built and truncates it: how a prompt text reaches the model (chat template,
+system message, the start of the answer) is the stack's ``InputFormat``.  ``log_probs`` runs the decoder once and applies the LM head
 to the response positions only, so the prompt's logits (seconds and gigabytes at a
 152k vocabulary) are never built.
 """
@@ -23,7 +24,8 @@ from gigpo_gym.algos.policies import decode
 from gigpo_gym.algos.policies.base import (
     ATTENTION, CHAT_CONTEXT, DECODERS, ChoiceBatch, Generation, SamplingParams, TokenBatch, TokenScores,
 )
-from gigpo_gym.registration import missing_extra_error
+from gigpo_gym.core.extras import missing_extra_error
+from gigpo_gym.wrappers.stack import InputFormat
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _META_FILE = "policy.json"
@@ -48,12 +50,10 @@ class HFPolicy(nn.Module):
         tokenizer: Any,
         *,
         device: str | torch.device = "cpu",
-        use_chat_template: bool | None = None,
-        system_prompt: str | None = None,
+        input_format: InputFormat = InputFormat(),
         max_prompt_tokens: int = 2048,
         critic: bool = False,
         sampling_seed: int = 0,
-        response_prefix: str = "",
         choose_admissible: bool = False,
         compute_dtype: str | None = None,
         gradient_checkpointing: bool = False,
@@ -66,13 +66,11 @@ class HFPolicy(nn.Module):
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
-        has_template = bool(getattr(tokenizer, "chat_template", None))
-        if use_chat_template and not has_template:
-            raise ValueError("use_chat_template=True but the tokenizer has no chat template")
-        self.use_chat_template = has_template if use_chat_template is None else use_chat_template
-        self.system_prompt = system_prompt
+        #: How prompt texts reach the model (``PromptConfig.input_format``).
+        self.input_format = input_format
+        #: Whether prompts go through the tokenizer's chat template.
+        self.use_chat_template = input_format.uses_chat(bool(getattr(tokenizer, "chat_template", None)))
         self.max_prompt_tokens = int(max_prompt_tokens)
-        self.response_prefix = response_prefix
         self._choose_admissible = bool(choose_admissible)
         if compute_dtype is not None and compute_dtype not in _DTYPES:
             raise ValueError(f"compute_dtype must be one of {sorted(_DTYPES)} or None, got {compute_dtype!r}")
@@ -170,11 +168,9 @@ class HFPolicy(nn.Module):
             model,
             tokenizer,
             device=device,
-            use_chat_template=meta["use_chat_template"],
-            system_prompt=meta["system_prompt"],
+            input_format=InputFormat(meta["use_chat_template"], meta["system_prompt"], meta.get("response_prefix", "")),
             max_prompt_tokens=meta["max_prompt_tokens"],
             critic=meta["critic"],
-            response_prefix=meta.get("response_prefix", ""),
             choose_admissible=meta.get("choose_admissible", False) if choose_admissible is None else choose_admissible,
             compute_dtype=meta.get("compute_dtype"),
             logits_chunk=meta.get("logits_chunk", 1024),
@@ -197,7 +193,7 @@ class HFPolicy(nn.Module):
             save_model(self.value_head, str(path / _VALUE_FILE))
         meta = {
             "use_chat_template": self.use_chat_template,
-            "system_prompt": self.system_prompt,
+            "system_prompt": self.input_format.system_prompt,
             "max_prompt_tokens": self.max_prompt_tokens,
             "critic": self.value_head is not None,
             "response_prefix": self.response_prefix,
@@ -209,18 +205,18 @@ class HFPolicy(nn.Module):
         }
         (path / _META_FILE).write_text(json.dumps(meta, indent=2))
 
-    # -- prompts ---------------------------------------------------------------------
-    def encode_prompt(self, prompt: str) -> list[int]:
-        """Token ids of one prompt (chat template applied), cut to the last ``max_prompt_tokens``.
+    # -- prompts: tokenised as the stack's ``InputFormat`` says, and truncated -------------
+    @property
+    def response_prefix(self) -> str:
+        """The text every answer starts with, part of the prompt (``InputFormat.response_prefix``)."""
+        return self.input_format.response_prefix
 
-        ``response_prefix`` (e.g. ``"<action>"``) is put at the start of the answer, as
-        part of the prompt: small models then keep to the answer format.
-        """
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """Token ids of one prompt text (as a chat when ``use_chat_template``, ``InputFormat.messages``), then the
+        ``response_prefix``, cut to the last ``max_prompt_tokens``."""
         if self.use_chat_template:
-            messages = [{"role": "user", "content": prompt}]
-            if self.system_prompt:
-                messages.insert(0, {"role": "system", "content": self.system_prompt})
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            text = self.tokenizer.apply_chat_template(self.input_format.messages(prompt), tokenize=False,
+                                                      add_generation_prompt=True)
             ids = self.tokenizer(text + self.response_prefix, add_special_tokens=False)["input_ids"]
         else:
             ids = self.tokenizer(prompt + self.response_prefix)["input_ids"]
@@ -238,7 +234,7 @@ class HFPolicy(nn.Module):
         ``chat.tool_chat``'s: the tokenizer's when it carries a response parser, else
         ``with_tool_template``'s.
         """
-        from gigpo_gym.integrations.chat import tool_chat, tool_suffix_ids
+        from gigpo_gym.wrappers.chat import tool_chat, tool_suffix_ids
 
         template, _ = tool_chat(self.tokenizer)
         messages, last = list(context["messages"]), list(context.get("last_ids") or [])
@@ -247,9 +243,7 @@ class HFPolicy(nn.Module):
             tail += 1
         if last and tail:
             return last + tool_suffix_ids(self.tokenizer, messages[-tail:], template)
-        if self.system_prompt and messages[0]["role"] != "system":
-            messages.insert(0, {"role": "system", "content": self.system_prompt})
-        return list(self.tokenizer.apply_chat_template(messages, tools=context.get("tools") or None,
+        return list(self.tokenizer.apply_chat_template(self.input_format.with_system(messages), tools=context.get("tools") or None,
                                                        add_generation_prompt=True, tokenize=True, return_dict=False,
                                                        chat_template=template))
 
@@ -316,8 +310,8 @@ class HFPolicy(nn.Module):
         ``error`` and ``error_status="truncated"`` ends its episode, as a conversation
         over TRL's completion budget ends there.
         """
-        from gigpo_gym.integrations.chat import parse_reply, tool_chat
-        from gigpo_gym.integrations.tools import render_calls
+        from gigpo_gym.wrappers.chat import parse_reply, tool_chat
+        from gigpo_gym.wrappers.tool_calls import render_calls
 
         ids = [self.encode_chat(c) if c else self.encode_prompt(p) for p, c in zip(prompts, chats)]
         fit = [i for i, x in enumerate(ids) if len(x) <= self.max_prompt_tokens]
@@ -651,12 +645,6 @@ class HFPolicy(nn.Module):
 
     def _base_config(self) -> Any:
         return self.model.config
-
-    def sampling_state(self) -> torch.Tensor:
-        return self._generator.get_state()
-
-    def set_sampling_state(self, state: torch.Tensor) -> None:
-        self._generator.set_state(state)
 
 
 def resolve_device(name: str) -> torch.device:

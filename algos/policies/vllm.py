@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 from gigpo_gym.algos.policies.base import CHAT_CONTEXT, Generation, Policy, SamplingParams
 from gigpo_gym.core.env import derive_seed
-from gigpo_gym.registration import install_command
+from gigpo_gym.core.extras import install_command
 
 
 class BackendUnavailable(RuntimeError):

@@ -6,9 +6,10 @@ unknown key is an error naming the key and its closest match.  Every section che
 own fields when it is made (types through ``core.typed.check_fields``, then its rules,
 each error naming the key and what it must be), ``TrainConfig`` the rules across
 sections.  The sections are what the trainer uses: ``prompt`` is the prompt stack's own
-``PromptConfig``, and the others build their runtime objects in one place each
-(``ModelConfig.policy_kwargs``, ``EnvConfig.shaping``, ``SamplingConfig.params``,
-``AlgoConfig.build``, ``OptimConfig.loss_weights``).
+``PromptConfig`` (everything that shapes the text a policy reads), ``reward`` the episode
+player's ``RewardShaping`` (what the trainer pays), and the others build their runtime
+objects in one place each (``ModelConfig.policy_kwargs``, ``SamplingConfig.params``,
+``AlgoConfig.build``, ``OptimConfig.loss_weights``, ``TrainConfig.make_envs``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -24,6 +24,7 @@ from typing import Any, Literal, get_args
 from gigpo_gym.algos.policies.base import Attention, Decoder, SamplingParams
 from gigpo_gym.core.typed import FieldError, check_fields, from_mapping
 from gigpo_gym.algos.training.rollout import RewardShaping
+from gigpo_gym.wrappers.anchor import AnchorMode
 from gigpo_gym.wrappers.stack import PromptConfig, llm_stack
 
 Dtype = Literal["float32", "bfloat16", "float16"]
@@ -101,7 +102,8 @@ class VLLMConfig:
 
 @dataclass
 class ModelConfig:
-    """The policy: which model, on what, in which precision, and how it answers (``model``)."""
+    """The policy: which model, on what, in which precision, and how it answers (``model``); what it reads is the
+    ``prompt`` section's."""
 
     name: str = "tiny"
     """'tiny' (built from the env's own text), 'smollm2' (offline SmolLM2-135M-Instruct), or a path / hub id."""
@@ -123,14 +125,8 @@ class ModelConfig:
     """On CUDA, run any float32 matmul on TF32 tensor cores (no effect on a CPU)."""
     lora: dict[str, Any] | None = None
     """peft LoraConfig kwargs (e.g. {r: 8}); None trains every weight."""
-    use_chat_template: bool | None = None
-    """Wrap prompts in the tokenizer's chat template (None: when it has one)."""
-    system_prompt: str | None = None
-    """System message for chat templates."""
     max_prompt_tokens: int = 2048
     """Prompts are cut to their last this-many tokens."""
-    response_prefix: str = ""
-    """Text the answer starts with, given as part of the prompt (e.g. '<action>' keeps small models on format)."""
     choose_admissible: bool = False
     """Answer with one of the admissible actions, drawn from the model's likelihoods of each (constrained decoding)."""
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
@@ -149,15 +145,14 @@ class ModelConfig:
         return dict(
             device=device or self.device, dtype=self.dtype, compute_dtype=self.compute_dtype,
             gradient_checkpointing=self.gradient_checkpointing, logits_chunk=self.logits_chunk, lora=self.lora,
-            attention=self.attention, decoder=self.decoder, use_chat_template=self.use_chat_template,
-            system_prompt=self.system_prompt, max_prompt_tokens=self.max_prompt_tokens,
-            response_prefix=self.response_prefix, choose_admissible=self.choose_admissible,
+            attention=self.attention, decoder=self.decoder, max_prompt_tokens=self.max_prompt_tokens,
+            choose_admissible=self.choose_admissible,
         )
 
 
 @dataclass
 class EnvConfig:
-    """The envs: which, with which kwargs, how many, and how their feedback becomes the reward (``env``)."""
+    """The envs: which, with which kwargs, and how many (``env``); what the trainer pays is the ``reward`` section."""
 
     id: str = "gigpo_gym/ALFWorld-v0"
     """Env id (gymnasium registry)."""
@@ -175,28 +170,14 @@ class EnvConfig:
     """Overrides of ``kwargs`` for the envs that choose the run's result (``select_every``; e.g. {split: valid_unseen})."""
     select_episodes: int = 128
     """Episodes per selection evaluation (``select_every``)."""
-    anchor_mode: Literal["state", "observation"] = "state"
+    anchor_mode: AnchorMode = "state"
     """What GiGPO groups on: 'state' (true state) or 'observation' (the paper's raw text)."""
     backend: Literal["sync", "async", "ray"] = "sync"
     """Vector env backend: 'sync', 'async' (worker processes) or 'ray'."""
-    reward_scale: float = 10.0
-    """Reward of a won episode (paper: 10)."""
-    reward_source: Literal["won", "env"] = "won"
-    """'won' (scale x success) or 'env' (scale x the env's reward)."""
-    invalid_action_penalty: float = 0.1
-    """Subtracted per invalid step (paper: 0.1 ALFWorld/WebShop, 0.01 search)."""
-    revisit_penalty: float = 0.0
-    """Subtracted per step that returns the episode to a state (anchor) it had already been in (0: off;
-    training only, a shaping the paper does not use)."""
 
     def __post_init__(self) -> None:
         check_fields(self)
-        _at_least(self, ("num_groups", 1), ("group_size", 1), ("eval_episodes", 0), ("select_episodes", 1),
-                  ("invalid_action_penalty", 0), ("revisit_penalty", 0))
-
-    def shaping(self) -> RewardShaping:
-        """How env feedback becomes a step's training reward (``rollout.RewardShaping``)."""
-        return RewardShaping(self.reward_scale, self.reward_source, self.invalid_action_penalty, self.revisit_penalty)
+        _at_least(self, ("num_groups", 1), ("group_size", 1), ("eval_episodes", 0), ("select_episodes", 1))
 
 
 @dataclass
@@ -346,8 +327,11 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     prompt: PromptConfig = field(default_factory=PromptConfig)
-    """What the policy sees of each env step (``gigpo_gym.wrappers.PromptConfig``): the same in training,
-    evaluation, the SFT transcripts and on the leaderboard."""
+    """What the policy reads at each env step (``gigpo_gym.wrappers.PromptConfig``): the same in training,
+    evaluation, the SFT transcripts and on the leaderboard (``gigpo-gym prompt`` prints it)."""
+    reward: RewardShaping = field(default_factory=RewardShaping)
+    """What the trainer pays for each step (``rollout.RewardShaping``): a scale of the success signal or of the
+    env's own reward, minus penalties."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -387,16 +371,11 @@ class TrainConfig:
             raise ConfigError("prompt.template 'tools' is TRL's tool-calling chat, for evaluating a model trained "
                               "with TRL (gigpo_gym.integrations.trl; the leaderboard's --prompt tools): the trainer "
                               "trains on prompt strings, with the 'default' or 'paper' template")
-        if "observation_mode" in e.kwargs:  # how the policy sees the env belongs to its prompt
-            if self.prompt.observation_mode not in (None, e.kwargs["observation_mode"]):
-                raise ConfigError(f"env.kwargs.observation_mode ({e.kwargs['observation_mode']!r}) and "
-                                  f"prompt.observation_mode ({self.prompt.observation_mode!r}) differ: keep "
-                                  "prompt.observation_mode only")
-            if self.prompt.observation_mode is None:  # kept in env.kwargs too, for code that makes envs from it
-                warnings.warn("env.kwargs.observation_mode is deprecated: use prompt.observation_mode (a leaderboard "
-                              "run of this run's folder renders pages as it trained either way)", DeprecationWarning,
-                              stacklevel=3)
-                self.prompt = dataclasses.replace(self.prompt, observation_mode=e.kwargs["observation_mode"])
+        for kwargs in ("kwargs", "eval_kwargs", "select_kwargs"):  # how the policy sees the env belongs to its prompt
+            if "observation_mode" in getattr(e, kwargs):
+                raise ConfigError(f"env.{kwargs}.observation_mode: how the policy sees the env is "
+                                  f"prompt.observation_mode (set it there: prompt.observation_mode: "
+                                  f"{getattr(e, kwargs)['observation_mode']})")
         if o.kl_reset_every and (not o.kl_coef or self.model.lora is not None):
             raise ConfigError("optim.kl_reset_every needs a frozen reference model: optim.kl_coef > 0 and no model.lora")
         if self.select_every and e.eval_episodes and self.env_kwargs("select") == self.env_kwargs("eval"):
@@ -433,9 +412,6 @@ class TrainConfig:
                                       group_offset=group_offset)
 
 # -- loading ----------------------------------------------------------------------------
-#: Keys of the env section that moved to the prompt section (old name -> PromptConfig field).
-MOVED_TO_PROMPT = {"history_length": "history_length", "prompt_intro": "intro", "action_format": "action_format",
-                   "task_key": "task_key", "list_actions": "list_actions"}
 
 
 def _yaml_loader():
@@ -456,27 +432,10 @@ def _parse_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_yaml_loader())  # noqa: S506  (a SafeLoader subclass)
 
 
-def _moved_keys(data: dict[str, Any]) -> None:
-    """Move the env section's old prompt keys into the prompt section, in place (with a DeprecationWarning each)."""
-    env = data.get("env")
-    if not isinstance(env, dict):
-        return
-    for old, new in MOVED_TO_PROMPT.items():
-        if old not in env:
-            continue
-        prompt = data.setdefault("prompt", {})
-        if not isinstance(prompt, dict) or new in prompt:
-            raise ConfigError(f"env.{old} and prompt.{new} are both set: keep prompt.{new} only")
-        warnings.warn(f"env.{old} is deprecated: use prompt.{new}", DeprecationWarning, stacklevel=4)
-        prompt[new] = env.pop(old)
-
-
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:
-    """A ``TrainConfig`` from nested mappings (unknown keys are errors; old keys are moved, with a warning)."""
+    """A ``TrainConfig`` from nested mappings (an unknown key is an error naming its closest match)."""
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a mapping, got {type(data).__name__}")
-    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
-    _moved_keys(data)
     try:
         return from_mapping(TrainConfig, data, what="config key")
     except FieldError as e:

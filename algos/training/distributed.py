@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 
-from gigpo_gym.registration import missing_extra_error
+from gigpo_gym.core.extras import missing_extra_error
 
 KINDS = ("single", "ddp", "fsdp", "deepspeed")
 

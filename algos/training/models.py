@@ -1,13 +1,11 @@
 """The policy a training config describes.
 
 ``build_policy`` is what the trainer trains and what the leaderboard rebuilds from a
-run folder's ``config.yaml`` before loading its weights, so both get the same model.
+run folder's ``config.yaml`` before loading its weights, so both get the same model,
+reading its prompts as the run's ``prompt`` section says (``PromptConfig.input_format``).
 """
 
 from __future__ import annotations
-
-import warnings
-from typing import Any
 
 from gigpo_gym.algos.training.config import TrainConfig
 from gigpo_gym.core.env import derive_seed
@@ -18,7 +16,8 @@ def build_policy(cfg: TrainConfig, device: str | None = None):
     from gigpo_gym.algos.policies.hf import HFPolicy
 
     m = cfg.model
-    kwargs = {**m.policy_kwargs(device), "critic": cfg.algo.build().needs_critic, "sampling_seed": cfg.seed}
+    kwargs = {**m.policy_kwargs(device), "input_format": cfg.prompt.input_format(),
+              "critic": cfg.algo.build().needs_critic, "sampling_seed": cfg.seed}
     if m.name == "tiny":
         from gigpo_gym.algos.policies.tiny import TinySpec, build_tiny
         from gigpo_gym.algos.training.sft import expert_demonstrations
@@ -36,12 +35,3 @@ def build_policy(cfg: TrainConfig, device: str | None = None):
 
         return HFPolicy.from_pretrained(smollm2_path(), **kwargs)
     return HFPolicy.from_pretrained(m.name, **kwargs)
-
-
-def prompt_settings(cfg: TrainConfig) -> dict[str, Any]:
-    """Deprecated: a run's prompt is ``cfg.prompt`` (a ``PromptConfig``), its stack ``cfg.wrapper()``."""
-    warnings.warn("prompt_settings(cfg) is deprecated: use cfg.prompt (a PromptConfig) and cfg.wrapper()",
-                  DeprecationWarning, stacklevel=2)
-    p = cfg.prompt
-    return {"history_length": p.history_length, "anchor_mode": cfg.env.anchor_mode, "intro": p.intro,
-            "action_format": p.action_format, "task_key": p.task_key, "list_actions": p.list_actions}

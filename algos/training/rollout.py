@@ -18,33 +18,46 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Literal, Sequence
 
 import numpy as np
 
 from gigpo_gym.algos.policies.base import ChoiceBatch, Generation, Policy, SamplingParams, TokenBatch, as_policy
+from gigpo_gym.core.typed import FieldError, check_fields
 
 
 @dataclass(frozen=True)
 class RewardShaping:
-    """How env feedback becomes the training reward of a step."""
+    """What the trainer pays for a step: the config's ``reward:`` section.
 
-    #: Multiplies the base reward (10 in the GiGPO paper).
+    The env returns its benchmark's own reward (ALFWorld 1.0 on success, WebShop the
+    purchase score in [0, 1], SearchQA exact match 0/1; each env's page says so).  The
+    trainer pays ``scale`` x the paid signal (the success signal ``won``, or the env's own
+    reward), minus ``invalid_action_penalty`` on every invalid step and ``revisit_penalty``
+    on every step back into a state the episode had already been in.  The default is the
+    GiGPO paper's convention: 10 x success, 0.1 per invalid step.
+
+    >>> RewardShaping()(env_reward=0.0, won=False, valid=False)
+    -0.1
+    >>> RewardShaping().describe()
+    'pays 10 x success (1 on the winning step), - 0.1 per invalid action'
+    """
+
     scale: float = 10.0
-    #: Base reward: ``"won"`` (1 on the winning step) or ``"env"`` (the env's own reward).
-    source: str = "won"
-    #: Subtracted on every step whose action was invalid.
+    """Multiplies the paid signal (the paper: 10)."""
+    source: Literal["won", "env"] = "won"
+    """What is paid: 'won' (the success signal, 1 on the winning step) or 'env' (the env's own reward, e.g. WebShop's score)."""
     invalid_action_penalty: float = 0.1
-    #: Subtracted on every step, short of the winning one, that leaves the episode in a state
-    #: (anchor) it had already been in: no progress, such as walking back and forth. 0: off.
+    """Subtracted on every step whose action was invalid (the paper: 0.1 ALFWorld/WebShop, 0.01 search)."""
     revisit_penalty: float = 0.0
+    """Subtracted on every step, short of the winning one, that returns the episode to a state (anchor) it had already
+    been in: no progress, such as walking back and forth (0: off; a shaping the paper does not use)."""
 
     def __post_init__(self) -> None:
-        if self.source not in ("won", "env"):
-            raise ValueError(f"reward source must be 'won' or 'env', got {self.source!r}")
-        if self.invalid_action_penalty < 0 or self.revisit_penalty < 0:
-            raise ValueError("penalties are subtracted and must be >= 0, got "
-                             f"invalid_action_penalty={self.invalid_action_penalty}, revisit_penalty={self.revisit_penalty}")
+        check_fields(self)
+        for name in ("invalid_action_penalty", "revisit_penalty"):
+            if getattr(self, name) < 0:
+                raise FieldError(f"{name} must be >= 0 (a penalty is subtracted), got {getattr(self, name)}")
 
     def __call__(self, env_reward: float, won: bool, valid: bool, revisit: bool = False) -> float:
         base = float(won) if self.source == "won" else float(env_reward)
@@ -53,6 +66,16 @@ class RewardShaping:
     def penalty(self, valid: bool, revisit: bool = False) -> float:
         """The part of a step's reward that is penalties (invalid action, return to a state already seen)."""
         return (0.0 if valid else self.invalid_action_penalty) + (self.revisit_penalty if revisit else 0.0)
+
+    def describe(self) -> str:
+        """What this pays, in one line."""
+        paid = "success (1 on the winning step)" if self.source == "won" else "the env's reward"
+        parts = [f"pays {self.scale:g} x {paid}"]
+        if self.invalid_action_penalty:
+            parts.append(f"- {self.invalid_action_penalty:g} per invalid action")
+        if self.revisit_penalty:
+            parts.append(f"- {self.revisit_penalty:g} per step back into a state already seen")
+        return ", ".join(parts)
 
 
 @dataclass
@@ -380,39 +403,3 @@ def collect(
         out.episodes = [ep for ep in out.episodes if ep.index not in skipped]
     out.seconds = time.perf_counter() - start
     return out
-
-
-def _prompt_of(settings: dict[str, Any]) -> tuple[Any, str]:
-    """(PromptConfig, anchor mode) of the old keyword settings (``intro`` and the rest, ``anchor_mode``)."""
-    from gigpo_gym.wrappers.stack import PromptConfig
-
-    settings = dict(settings)
-    anchor_mode = settings.pop("anchor_mode", "state")
-    return PromptConfig(**settings), anchor_mode
-
-
-def wrap_llm_env(
-    env: Any, history_length: int = 2, anchor_mode: str = "state", intro: str | None = None,
-    action_format: str | None = None, task_key: str | None = None, list_actions: bool = True,
-) -> Any:
-    """Deprecated: ``gigpo_gym.wrappers.wrap_for_llm(env, PromptConfig(...), anchor_mode)``."""
-    import warnings
-
-    from gigpo_gym.wrappers.stack import PromptConfig, wrap_for_llm
-
-    warnings.warn("wrap_llm_env is deprecated: use gigpo_gym.wrappers.wrap_for_llm(env, PromptConfig(...), anchor_mode)",
-                  DeprecationWarning, stacklevel=2)
-    prompt = PromptConfig(history_length=history_length, intro=intro, action_format=action_format, task_key=task_key,
-                          list_actions=list_actions)
-    return wrap_for_llm(env, prompt, anchor_mode)
-
-
-def llm_wrapper(**settings: Any) -> Callable[[Any], Any]:
-    """Deprecated: ``gigpo_gym.wrappers.llm_stack(PromptConfig(...), anchor_mode)``."""
-    import warnings
-
-    from gigpo_gym.wrappers.stack import llm_stack
-
-    warnings.warn("llm_wrapper is deprecated: use gigpo_gym.wrappers.llm_stack(PromptConfig(...), anchor_mode)",
-                  DeprecationWarning, stacklevel=2)
-    return llm_stack(*_prompt_of(settings))

@@ -50,23 +50,6 @@ from gigpo_gym.algos.policies.hf import sdpa_backends
 from gigpo_gym.algos.training.rollout import Rollout, collect
 from gigpo_gym.core.anchor import digest
 from gigpo_gym.core.env import derive_seed
-from gigpo_gym.core.lazy import moved_names
-
-#: Names that moved out of this module: they still import, with a DeprecationWarning naming the new place.
-__getattr__ = moved_names(__name__, {
-    "prompt_settings": "gigpo_gym.algos.training.models",
-    "REFERENCE_FILE": "gigpo_gym.algos.training.checkpoint:RunFolder.REFERENCE_FILE",
-    "SELECTED_FILE": "gigpo_gym.algos.training.checkpoint:RunFolder.SELECTED_FILE",
-    "read_selected": "gigpo_gym.algos.training.checkpoint",
-    "success_sem": "gigpo_gym.algos.training.metrics",
-})
-
-
-def reference_file(run_dir: Path, iteration: int) -> Path:
-    """Deprecated: ``RunFolder(run_dir).reference_file(iteration)``."""
-    warnings.warn("reference_file(run_dir, iteration) is deprecated: use RunFolder(run_dir).reference_file(iteration)",
-                  DeprecationWarning, stacklevel=2)
-    return RunFolder(run_dir).reference_file(iteration)
 
 
 def learning_rate(optim: OptimConfig, iteration: int, iterations: int) -> float:
@@ -133,7 +116,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, weight_decay=o.weight_decay,
                                            **optimizer_options(self.device))
         self.reference = None
-        self.shaping = cfg.env.shaping()
+        self.shaping = cfg.reward
         with self.parallel.main_first():
             self.envs = cfg.make_envs("train", groups, first_group)
         self.eval_envs = self.select_envs = None

@@ -49,8 +49,8 @@ class WorkerDied(Exception):
     """The process or Ray actor holding a chunk is gone (an env's own error is a RuntimeError)."""
 
 def _build_env(env_id: str, env_kwargs: dict[str, Any], wrappers: Sequence[Callable[[gym.Env], gym.Env]]) -> gym.Env:
-    if env_id.startswith("gigpo_gym/"):
-        import gigpo_gym  # noqa: F401  (registers the suite in a fresh worker)
+    if env_id.startswith("gigpo_gym/"):  # gymnasium imports the suite first, which registers it in a fresh worker
+        env_id = f"gigpo_gym:{env_id}"
     env = gym.make(env_id, **env_kwargs)
     for wrap in wrappers:
         env = wrap(env)
@@ -219,7 +219,7 @@ def _ray_options(num_actors: int, actor_options: dict[str, Any] | None) -> dict[
     try:
         import ray
     except ImportError as e:
-        from gigpo_gym.registration import missing_extra_error
+        from gigpo_gym.core.extras import missing_extra_error
 
         raise missing_extra_error("ray", 'backend="ray"') from e
     if not ray.is_initialized():  # connects to $RAY_ADDRESS when set, else starts a local Ray

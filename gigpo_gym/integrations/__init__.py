@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from importlib import metadata
 
-from gigpo_gym.registration import MissingExtra, install_command
+from gigpo_gym.core.extras import MissingExtra, install_command
 
 #: library distribution -> (extra, lowest supported version, first unsupported version).
 SUPPORTED: dict[str, tuple[str, str, str]] = {

@@ -1,7 +1,7 @@
 """The suite inside Hugging Face TRL: environments, task datasets and GiGPO as a ``GRPOTrainer``.
 
 - ``environment_class(env_id, ...)``: a class for ``GRPOTrainer(environment_factory=...)``
-  whose tools are the env's own actions (``trl_env``).
+  whose tools are the env's own actions (``gigpo_gym.wrappers.tool_env``).
 - ``task_dataset(env_id, split, n, seed)``: rows with ``prompt``, ``seed`` and
   ``task_id``, so TRL's ``num_generations`` copies of a row play one task.
 - ``with_tool_template(tokenizer)``: a tool-calling chat template and TRL's response
@@ -33,13 +33,13 @@ from trl.chat_template_utils import add_response_schema, supports_tool_calling  
 from gigpo_gym.algos.estimators.batch import StepBatch  # noqa: E402
 from gigpo_gym.algos.estimators.registry import algorithm_class  # noqa: E402
 from gigpo_gym.core.env import derive_seed  # noqa: E402
-from gigpo_gym.integrations.chat import TOOL_CHAT_TEMPLATE, response_template  # noqa: E402
-from gigpo_gym.integrations.tools import family_of  # noqa: E402
-from gigpo_gym.integrations.trl_env import (  # noqa: E402, F401
+from gigpo_gym.wrappers.anchor import ANCHOR_MODES  # noqa: E402
+from gigpo_gym.wrappers.chat import TOOL_CHAT_TEMPLATE, response_template  # noqa: E402
+from gigpo_gym.wrappers.tool_calls import family_of  # noqa: E402
+from gigpo_gym.wrappers.tool_env import (  # noqa: E402, F401
     CompletionBudget, StepRecord, ToolEnvironment, environment_class, tool_schemas)
 
 logger = logging.getLogger(__name__)
-ANCHOR_MODES = ("state", "observation")
 
 __all__ = ["GiGPOConfig", "GiGPOTrainer", "StepRecord", "ToolEnvironment", "environment_class", "expert_conversations",
            "task_dataset",

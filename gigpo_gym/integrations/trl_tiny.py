@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gigpo_gym.integrations.chat import TOOL_CHAT_TEMPLATE
+from gigpo_gym.wrappers.chat import TOOL_CHAT_TEMPLATE
 from gigpo_gym.integrations.trl import expert_conversations, with_tool_template
 
 #: Its observations are cut to this many UTF-8 bytes (it has no tokenizer while its data is made).

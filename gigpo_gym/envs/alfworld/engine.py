@@ -152,10 +152,6 @@ class Engine:
             self._anchor = digest(self.state_key())
         return self._anchor
 
-    def action_of(self, command: str) -> tuple | None:
-        """The grounded action behind an admissible command (None if inadmissible)."""
-        return self._commands().get(command.strip())
-
     # -- admissible commands ------------------------------------------------------
     def _goto(self, loc: int) -> dict[str, tuple]:
         cached = self._goto_cache.get(loc)

@@ -41,11 +41,12 @@ from typing import Any
 from gigpo_gym.core.env import TextEnv
 from gigpo_gym.envs.alfworld.engine import Engine
 from gigpo_gym.envs.alfworld.expert import expert_action, search_expert_action
+from gigpo_gym.envs.alfworld.prompts import METADATA as PROMPTS
 from gigpo_gym.envs.alfworld.tasks import GameFileTasks, GeneratedTasks, open_tasks
 
 
 class ALFWorldEnv(TextEnv):
-    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4, **PROMPTS}
     max_action_length = 1024
 
     def __init__(

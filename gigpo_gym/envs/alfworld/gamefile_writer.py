@@ -106,7 +106,7 @@ def alfworld_logic_files() -> tuple[str, str]:
         data = files("alfworld") / "data"
         return (data / "alfred.pddl").read_text(), (data / "alfred.twl2").read_text()
     except (ModuleNotFoundError, FileNotFoundError) as e:
-        from gigpo_gym.registration import missing_extra_error
+        from gigpo_gym.core.extras import missing_extra_error
 
         raise missing_extra_error("alfworld", "writing ALFWorld game files") from e
 

@@ -41,6 +41,7 @@ from gigpo_gym.core.data import cache_dir
 from gigpo_gym.core.env import TextEnv
 from gigpo_gym.envs.alfworld.engine import State
 from gigpo_gym.envs.alfworld.gamefile_writer import import_alfworld
+from gigpo_gym.envs.alfworld.prompts import METADATA as PROMPTS
 from gigpo_gym.envs.alfworld.tasks import GameFileTasks, GeneratedTasks, open_tasks
 from gigpo_gym.envs.alfworld.world import FLAG_PREDICATES, World
 
@@ -55,7 +56,7 @@ def reference_engine() -> tuple[Any, Any, Any]:
 
         wrappers = import_alfworld("alfworld.agents.environment.alfred_tw_env")
     except ImportError as e:
-        from gigpo_gym.registration import missing_extra_error
+        from gigpo_gym.core.extras import missing_extra_error
 
         raise missing_extra_error("alfworld", WHAT) from e
     return textworld, wrappers.AlfredDemangler, wrappers.AlfredInfos
@@ -120,7 +121,7 @@ class FactReader:
 class ALFWorldTextWorldEnv(TextEnv):
     """The native env's contract on TextWorld's engine (see the module docstring)."""
 
-    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4, **PROMPTS}
     max_action_length = 1024
 
     def __init__(

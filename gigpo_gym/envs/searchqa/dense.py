@@ -17,7 +17,7 @@ from gigpo_gym.core.anchor import digest
 from gigpo_gym.core.data import cache_dir
 from gigpo_gym.envs.searchqa.corpus import Corpus
 from gigpo_gym.envs.searchqa.retrieval import Hit, check_request, top_k
-from gigpo_gym.registration import missing_extra_error
+from gigpo_gym.core.extras import missing_extra_error
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 EMBEDDING_VERSION = 1

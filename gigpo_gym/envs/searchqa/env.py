@@ -70,6 +70,7 @@ from gigpo_gym.envs.searchqa.protocol import (
     format_information,
     parse_action,
 )
+from gigpo_gym.envs.searchqa.prompts import METADATA as PROMPTS
 from gigpo_gym.envs.searchqa.questions import Question
 from gigpo_gym.envs.searchqa.retrieval import MAX_QUERY_CHARS, MAX_TOPK
 from gigpo_gym.envs.searchqa.reward import exact_match, f1_score, searchr1_answer
@@ -82,7 +83,7 @@ class SearchQAEnv(TextEnv):
     """Search-augmented question answering (see the module docstring for the full contract)."""
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4, "action_tags": ACTION_TAGS, "prompt_intro": PROMPT_INTRO,
-                "action_format": ACTION_FORMAT}
+                "action_format": ACTION_FORMAT, **PROMPTS}
     max_action_length = 16384
 
     def __init__(

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import tempfile
 
-from gigpo_gym.registration import missing_extra_error
+from gigpo_gym.core.extras import missing_extra_error
 
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
 DEFAULT_CHROMEDRIVER = "/usr/bin/chromedriver"

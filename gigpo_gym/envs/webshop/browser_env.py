@@ -53,6 +53,7 @@ from gigpo_gym.envs.webshop.browser import DEFAULT_CHROMEDRIVER, DEFAULT_CHROMIU
 from gigpo_gym.envs.webshop.engine import WebShopEngine, parse_action
 from gigpo_gym.envs.webshop import DATA_ENV
 from gigpo_gym.envs.webshop.goals import SPLITS
+from gigpo_gym.envs.webshop.prompts import METADATA as PROMPTS
 from gigpo_gym.envs.webshop.render import OBSERVATION_MODES, RENDERERS
 from gigpo_gym.envs.webshop.site import MAX_SEED_DIGITS
 
@@ -110,7 +111,7 @@ def click_table(page: P.Page) -> dict[str, int]:
 
 
 class WebShopBrowserEnv(TextEnv):
-    metadata = {**TextEnv.metadata, "observation_modes": OBSERVATION_MODES}
+    metadata = {**TextEnv.metadata, "observation_modes": OBSERVATION_MODES, **PROMPTS}
     max_action_length = 1024
 
     def __init__(

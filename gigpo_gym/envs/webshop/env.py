@@ -49,6 +49,7 @@ from gigpo_gym.envs.webshop.engine import Session, WebShopEngine
 from gigpo_gym.envs.webshop.expert import expert_action
 from gigpo_gym.envs.webshop.goals import split_goals
 from gigpo_gym.envs.webshop.pages import Page
+from gigpo_gym.envs.webshop.prompts import METADATA as PROMPTS
 from gigpo_gym.envs.webshop.render import OBSERVATION_MODES, RENDERERS
 from gigpo_gym.envs.webshop.shop import load_shop
 from gigpo_gym.envs.webshop.teacher import page_teacher_action
@@ -58,7 +59,7 @@ EXPERT_STYLES = ("goal", "page")
 
 
 class WebShopEnv(TextEnv):
-    metadata = {**TextEnv.metadata, "observation_modes": OBSERVATION_MODES}
+    metadata = {**TextEnv.metadata, "observation_modes": OBSERVATION_MODES, **PROMPTS}
     max_action_length = 1024
 
     def __init__(

@@ -1,22 +1,24 @@
-"""The suite's actions as typed tools: one family per benchmark, no library imported.
+"""The tool-call format: an env's actions as typed tools, and a reply's calls as text.
 
 A tool call ``search(query="x")`` is the env action ``<search>x</search>`` (SearchQA) or
 ``search[x]`` (WebShop); ``act(command="go to desk 1")`` is the ALFWorld command itself.
-``FAMILIES`` holds, per benchmark, the tools, how a call becomes an env action and back
-(``tool_call``, for turning the expert's actions into tool-call transcripts), and the
-instruction a prompt opens with.  TRL's environments, the SFT data of the TRL recipe and
-the leaderboard's ``tools`` prompt all read these, so a model sees one conversation.
+Which tools an env has, how a call becomes its action and back (``tool_call``, for turning
+the expert's actions into tool-call transcripts), and the instructions a conversation
+opens with are the env's own: its ``metadata["tool_family"]`` (``Family.of``).  TRL's
+environments (``tool_env``), the SFT data of the TRL recipe and the ``tools`` prompt
+template all read them, so a model sees one conversation.  A reply writes its calls as
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (``render_calls``,
+``parse_calls``).
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from gigpo_gym.registration import NAMESPACE, env_spec
+import gymnasium as gym
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,17 @@ class Family:
     tools: dict[str, tuple[str, str]]
     #: what the first user message says before the env's first observation
     instructions: str
+
+    @classmethod
+    def of(cls, env: gym.Env | type) -> "Family":
+        """The family an env (or env class) declares in ``metadata["tool_family"]``."""
+        unwrapped = env if isinstance(env, type) else env.unwrapped
+        declared = getattr(unwrapped, "metadata", {}).get("tool_family")
+        if declared is None:
+            name = unwrapped.__name__ if isinstance(unwrapped, type) else type(unwrapped).__name__
+            raise ValueError(f"{name} declares no tools (metadata['tool_family']); the suite's ALFWorld, WebShop and "
+                             "SearchQA envs do")
+        return cls(declared["name"], {k: tuple(v) for k, v in declared["tools"].items()}, declared["instructions"])
 
     def first_message(self, observation: str) -> str:
         """The first user message of an episode: the instructions, then the env's first observation."""
@@ -46,49 +59,14 @@ class Family:
         return None
 
 
-FAMILIES: dict[str, Family] = {
-    "searchqa": Family(
-        "searchqa",
-        {"search": ("query", "<search>{}</search>"), "answer": ("answer", "<answer>{}</answer>")},
-        "Answer the question below. Call search to look things up in the encyclopedia (each call "
-        "returns a few passages), then call answer with a short answer: a name, a place or a few words.",
-    ),
-    "webshop": Family(
-        "webshop",
-        {"search": ("query", "search[{}]"), "click": ("target", "click[{}]")},
-        "Buy the product that the instruction below asks for. On the search page call search; then "
-        "call click to open a product (by its code), choose an option, or press a button such as "
-        "'buy now', 'next >' or 'back to search'.",
-    ),
-    "alfworld": Family(
-        "alfworld",
-        {"act": ("command", "{}")},
-        "Do the household task below. Call act with one command at a time (for example 'go to "
-        "desk 1', 'take mug 1 from desk 1', 'open drawer 2'); each call returns what you see next.",
-    ),
-}
-
-_FAMILY_OF_PREFIX = (("SearchQA", "searchqa"), ("WebShop", "webshop"), ("ALFWorld", "alfworld"))
-
-
 def family_of(env_id: str) -> Family:
-    """The tool family of a registered id (``gigpo_gym/SearchQA-v0`` -> searchqa)."""
-    spec = env_spec(env_id)  # an unknown id is gymnasium's error, with a close match
-    name = spec.id.removeprefix(f"{NAMESPACE}/")
-    for prefix, family in _FAMILY_OF_PREFIX:
-        if name.startswith(prefix):
-            return FAMILIES[family]
-    raise ValueError(f"no tool family for {spec.id!r}; known: {sorted(FAMILIES)}")
+    """The tool family of a registered id (``gigpo_gym/SearchQA-v0`` -> searchqa), without making the env."""
+    from gymnasium.envs.registration import load_env_creator
 
+    from gigpo_gym.registration import env_spec
 
-def tool_of(family: str | Family, tool: str) -> tuple[str, str]:
-    """(argument name, action format) of ``tool``, or a ValueError naming the family's tools."""
-    fam = FAMILIES[family] if isinstance(family, str) else family
-    if tool not in fam.tools:
-        close = difflib.get_close_matches(tool, list(fam.tools), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"{fam.name} has the tools {sorted(fam.tools)}, not {tool!r}.{hint}")
-    return fam.tools[tool]
+    spec = env_spec(env_id)  # an unknown id is an error with a close match
+    return Family.of(load_env_creator(spec.entry_point))
 
 
 _WHITESPACE = re.compile(r"\s+")

@@ -3,9 +3,11 @@
 ``environment_class(env_id, **env_kwargs)`` returns a class for
 ``GRPOTrainer(environment_factory=...)``.  TRL turns every public method of the class
 except ``reset`` and ``get_reward`` into a tool the model may call, so the class has
-exactly the env's own actions (``tools.FAMILIES``) and nothing else public: no
-``step``, ``close`` or expert.  This module imports no TRL; ``integrations.trl``
-re-exports it beside the trainer.
+exactly the env's own actions (its ``tool_calls.Family``) and nothing else public: no
+``step``, ``close`` or expert.  The class's tools are also how the ``tools`` prompt template
+plays an env (``tools_prompt``; ``run_call`` runs one call as TRL's loop does, and
+``tool_schemas`` lists the tools as the chat template reads them).  This module imports
+no TRL; ``integrations.trl`` re-exports it beside the trainer.
 
 What TRL cannot know, the class records: each env step's anchor (the state it was taken
 in), reward, validity and the generated turn it came from.  ``GiGPOTrainer`` attaches a
@@ -22,7 +24,8 @@ from typing import Any, Callable, Protocol
 
 import gymnasium as gym
 
-from gigpo_gym.integrations.tools import FAMILIES, Family, family_of, one_line
+from gigpo_gym.wrappers.anchor import AnchorKey
+from gigpo_gym.wrappers.tool_calls import Family, family_of, one_line
 
 #: Appended where an observation was cut to ``max_observation_tokens``.
 CUT_MARK = " [... cut]"
@@ -95,8 +98,6 @@ class ToolEnvironment:
 
     def __init__(self, env: gym.Env | None = None) -> None:
         """``env``: play this env instead of making one from ``env_id`` (the ``tools`` prompt template's case)."""
-        from gigpo_gym.wrappers import AnchorKey
-
         # the observation-mode wrapper keeps the env's state anchor in info["state_anchor"]
         self._env = AnchorKey(gym.make(self.env_id, **self.env_kwargs) if env is None else env, mode="observation")
         self._budget: Budget | None = None
@@ -319,14 +320,13 @@ def environment_class(
     return cls
 
 
-def tool_class(family: Family | str, *, tokenizer: Any = None, max_observation_tokens: int = 512,
+def tool_class(family: Family, *, tokenizer: Any = None, max_observation_tokens: int = 512,
                list_actions: bool = True, env_id: str = "", env_kwargs: dict[str, Any] | None = None
                ) -> type[ToolEnvironment]:
     """The ``ToolEnvironment`` class of ``family`` with these settings (``environment_class`` without the env check).
 
     Without ``env_id`` its instances play the env they are given (``cls(env)``).
     """
-    family = FAMILIES[family] if isinstance(family, str) else family
     if isinstance(max_observation_tokens, bool) or not isinstance(max_observation_tokens, int) or max_observation_tokens < 16:
         raise ValueError(f"max_observation_tokens must be an int >= 16, got {max_observation_tokens!r}")
     if tokenizer is not None and not (callable(getattr(tokenizer, "encode", None)) and callable(getattr(tokenizer, "decode", None))):
@@ -351,7 +351,7 @@ def tool_schemas(env: ToolEnvironment) -> list[dict[str, Any]]:
     try:
         from transformers.utils import get_json_schema
     except ImportError as e:  # pragma: no cover - depends on the install
-        from gigpo_gym.registration import missing_extra_error
+        from gigpo_gym.core.extras import missing_extra_error
 
         raise missing_extra_error("train", "the tool schemas of the tools prompt") from e
     return [get_json_schema(method) for method in tool_methods(env)]
