@@ -13,7 +13,7 @@ from collections.abc import Sequence
 #: What ``gigpo-gym --help`` says first (plain text: argparse shows a docstring's markup as is).
 DESCRIPTION = "gigpo-gym: list the envs, play one by hand, serve the sites, train and evaluate LLM agents."
 #: Modules that add sub-commands through ``add_cli(subparsers)`` (imported only if installed).
-CONTRIBUTORS = ("gigpo_gym.envs.alfworld.cli", "gigpo_gym.algos.cli", "gigpo_gym.algos.leaderboard.cli")
+CONTRIBUTORS = ("gigpo_gym.envs.alfworld.cli", "gigpo_gym.algos.cli", "gigpo_gym.algos.show", "gigpo_gym.algos.leaderboard.cli")
 #: Modules that add a server under ``gigpo-gym serve`` through ``add_serve_cli(subparsers)``.
 SERVERS = ("gigpo_gym.envs.searchqa.cli", "gigpo_gym.envs.webshop.cli", "gigpo_gym.integrations.cli")
 #: Optional modules -> the extra that installs them (a command missing one says which extra to install).
@@ -124,6 +124,7 @@ def _parse_kwarg(text: str) -> tuple[str, object]:
 
 def build_parser() -> argparse.ArgumentParser:
     from gigpo_gym import __version__
+    from gigpo_gym.wrappers.anchor import ANCHOR_MODES
 
     parser = argparse.ArgumentParser(prog="gigpo-gym", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"gigpo-gym {__version__}")
@@ -136,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("play", help="play an env by hand in the terminal")
     p.add_argument("env_id", help="e.g. gigpo_gym/ALFWorld-v0 (see `gigpo-gym list`)")
     p.add_argument("--seed", type=int, default=0, help="task seed (default 0)")
-    p.add_argument("--anchor-mode", choices=("state", "observation"), default="state",
+    p.add_argument("--anchor-mode", choices=ANCHOR_MODES, default="state",
                    help="what info['anchor'] digests: the true state (default) or the observation text")
     p.add_argument("--kwarg", action="append", default=[], metavar="KEY=VALUE",
                    help="env constructor argument (JSON value or string); repeatable")

@@ -69,7 +69,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "algos.policies": ("core", "wrappers"),              # the Policy contract and its backends
     "algos.training": ("core", "envs", "wrappers", "algos.estimators", "algos.policies"),
     "algos.leaderboard": ("core", "envs", "wrappers", "algos.policies", "algos.training"),
-    "algos": ("core", "envs", "wrappers", "algos.estimators", "algos.policies", "algos.training", "algos.leaderboard"),
+    "algos": ("core", "envs", "wrappers", "algos.estimators", "algos.policies", "algos.training", "algos.leaderboard"),  # commands
     "integrations": ("core", "envs", "wrappers", "algos.estimators", "algos.policies"),  # adapters to other libraries
     "cli": ("core", "envs", "wrappers", "algos", "integrations"),                    # the gigpo-gym command
 }
@@ -84,8 +84,8 @@ def layer_of(module: str) -> str:
         return "envs"
     if module == "gigpo_gym.cli":
         return "cli"
-    if parts[1] == "algos":
-        return "algos" if len(parts) == 2 or parts[2] == "cli" else f"algos.{parts[2]}"
+    if parts[1] == "algos":  # its sub-packages are layers; the package itself and its modules (the commands) one
+        return f"algos.{parts[2]}" if len(parts) > 2 and f"algos.{parts[2]}" in ALLOWED else "algos"
     if parts[1] in ALLOWED:
         return parts[1]
     raise AssertionError(f"{module} is in no layer: add its package to ALLOWED (tests/test_architecture.py) and to "

@@ -49,6 +49,9 @@ def test_two_iterations_change_the_weights_and_resume_from_the_checkpoint(tmp_pa
     assert logs[0].startswith("resumed from iteration 2")
     after_resume = [json.loads(line)["iteration"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert after_resume[-1] == 3 and after_resume.count(3) == 1
+    samples = [json.loads(line) for line in (run / "prompts.jsonl").read_text().splitlines()]
+    assert [s["iteration"] for s in samples] == [1, 1, 1, 2, 2, 2, 3, 3, 3]  # a few per iteration, none twice
+    assert samples[0]["step"] == 0 and samples[0]["prompt"].startswith("Walk to the exit.") and samples[0]["prompt_tokens"] > 0
     assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter-000002", "iter-000003"]
 
     from gigpo_gym.algos.leaderboard.policies import resolve_policy

@@ -134,6 +134,14 @@ class InputFormat:
             raise ValueError("chat_template is true but the tokenizer has no chat template: set it to false or null")
         return has_chat_template if self.chat_template is None else bool(self.chat_template)
 
+    def model_text(self, text: str, tokenizer: Any = None) -> str:
+        """The whole text a model reads for one prompt text: the chat ``messages`` rendered by ``tokenizer``'s chat
+        template with the assistant's turn opened (when the chat template is used), then ``response_prefix``."""
+        if self.uses_chat(bool(getattr(tokenizer, "chat_template", None))):
+            return tokenizer.apply_chat_template(self.messages(text), tokenize=False,
+                                                 add_generation_prompt=True) + self.response_prefix
+        return text + self.response_prefix
+
     def messages(self, text: str) -> list[dict[str, str]]:
         """The chat of one prompt text: the system message (if any), then the text as the user's message."""
         return self.with_system([{"role": "user", "content": text}])

@@ -121,7 +121,7 @@ class HFPolicy(nn.Module):
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
         extra = {"gguf_file": gguf_file} if gguf_file else {}
         kernel = attention_kernel(attention, resolve_device(device), kwargs.get("compute_dtype") or dtype)
-        tokenizer = _load_tokenizer(str(name_or_path), **extra)
+        tokenizer = load_tokenizer(str(name_or_path), **extra)
         model = tf.AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=_DTYPES[dtype], attn_implementation=kernel,
                                                         **extra)
         policy = cls(model, tokenizer, device=device, **kwargs)
@@ -156,7 +156,7 @@ class HFPolicy(nn.Module):
             raise FileNotFoundError(f"{meta_file} is missing: {path} is not a saved policy")
         meta = json.loads(meta_file.read_text())
         tf = _transformers()
-        tokenizer = _load_tokenizer(str(path))
+        tokenizer = load_tokenizer(str(path))
         if (path / "adapter_config.json").is_file():
             from peft import PeftModel
 
@@ -212,14 +212,10 @@ class HFPolicy(nn.Module):
         return self.input_format.response_prefix
 
     def encode_prompt(self, prompt: str) -> list[int]:
-        """Token ids of one prompt text (as a chat when ``use_chat_template``, ``InputFormat.messages``), then the
-        ``response_prefix``, cut to the last ``max_prompt_tokens``."""
-        if self.use_chat_template:
-            text = self.tokenizer.apply_chat_template(self.input_format.messages(prompt), tokenize=False,
-                                                      add_generation_prompt=True)
-            ids = self.tokenizer(text + self.response_prefix, add_special_tokens=False)["input_ids"]
-        else:
-            ids = self.tokenizer(prompt + self.response_prefix)["input_ids"]
+        """Token ids of the text the stack's ``InputFormat.model_text`` builds from one prompt, cut to the last
+        ``max_prompt_tokens`` (a chat template's text carries its own special tokens)."""
+        text = self.input_format.model_text(prompt, self.tokenizer)
+        ids = self.tokenizer(text, add_special_tokens=not self.use_chat_template)["input_ids"]
         return list(ids[-self.max_prompt_tokens :])
 
     def encode_chat(self, context: dict[str, Any]) -> list[int]:
@@ -697,7 +693,7 @@ def attention_kernel(name: str, device: torch.device, compute_dtype: str) -> str
     return "sdpa"
 
 
-def _load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
+def load_tokenizer(name_or_path: str, **kwargs: Any) -> Any:
     """The tokenizer of a model folder or id.
 
     A folder whose ``tokenizer_config.json`` declares the generic class is loaded from

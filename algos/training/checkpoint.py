@@ -248,6 +248,7 @@ class RunFolder:
 
     - ``config.yaml``: the resolved config (``load_config`` reads it back);
     - ``metrics.jsonl`` and ``tensorboard/``: one record per logged step;
+    - ``prompts.jsonl``: a few prompts of each iteration's rollout, as the model met them (``metrics.sample_prompts``);
     - ``checkpoints/``: the checkpoints (see the module docstring);
     - ``reference.safetensors``: the KL reference of the warm start, and
       ``reference-NNNNNN.safetensors`` each reset's (``optim.kl_reset_every``);
@@ -261,6 +262,7 @@ class RunFolder:
 
     CONFIG_FILE = "config.yaml"
     METRICS_FILE = "metrics.jsonl"
+    PROMPTS_FILE = "prompts.jsonl"
     SUMMARY_FILE = "summary.json"
     CURVE_FILE = "learning_curve.png"
     SELECTED_FILE = "selected.safetensors"
@@ -302,11 +304,19 @@ class RunFolder:
                 self._writer.add_scalar(k, v, step)
         self._writer.flush()
 
+    def log_prompts(self, samples: list[dict[str, Any]]) -> None:
+        """Append an iteration's sample prompts to ``prompts.jsonl``."""
+        from gigpo_gym.algos.training.metrics import append_jsonl
+
+        for sample in samples:
+            append_jsonl(self.path / self.PROMPTS_FILE, sample)
+
     def keep_iterations(self, last: int) -> None:
-        """Drop the logged records after iteration ``last`` (-1: all; a resumed run logs them again)."""
+        """Drop the logged records and prompts after iteration ``last`` (-1: all; a resumed run logs them again)."""
         from gigpo_gym.algos.training.metrics import keep_iterations
 
         keep_iterations(self.path / self.METRICS_FILE, last)
+        keep_iterations(self.path / self.PROMPTS_FILE, last)
 
     def metrics(self) -> list[dict[str, Any]]:
         from gigpo_gym.algos.training.metrics import read_jsonl

@@ -63,6 +63,22 @@ def rollout_metrics(rollout: Rollout, prefix: str = "rollout") -> dict[str, floa
     return m
 
 
+#: Rows of each iteration's rollout whose prompt the run keeps (``prompts.jsonl``).
+SAMPLE_PROMPTS = 3
+
+
+def sample_prompts(rollout: Rollout, iteration: int, count: int = SAMPLE_PROMPTS) -> list[dict[str, Any]]:
+    """A few rows of a rollout as the model met them: evenly spaced over its rows (the first and the last
+    included), each with its prompt text, the tokens the model read, its reply, the parsed action and the reward paid."""
+    if not rollout.prompts:
+        return []
+    rows = sorted({int(round(i)) for i in np.linspace(0, len(rollout.prompts) - 1, min(count, len(rollout.prompts)))})
+    return [{"iteration": iteration, "group": rollout.group_ids[i], "trajectory": rollout.traj_ids[i],
+             "step": rollout.step_ids[i], "prompt": rollout.prompts[i], "prompt_tokens": len(rollout.prompt_ids[i]),
+             "reply": rollout.replies[i], "action": rollout.actions[i], "valid": rollout.action_valid[i],
+             "reward": rollout.rewards[i]} for i in rows]
+
+
 def revisited_state_share(rollout: Rollout) -> float:
     """Share of steps taken in a state (anchor) the same episode had already been in.
 

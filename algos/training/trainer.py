@@ -43,7 +43,7 @@ from gigpo_gym.algos.training.compute import (
 )
 from gigpo_gym.algos.training.config import ConfigError, OptimConfig, TrainConfig, config_to_dict, scheduled_lr
 from gigpo_gym.algos.training.loss import choice_kl, policy_loss, value_loss
-from gigpo_gym.algos.training.metrics import format_gain, format_success, rollout_metrics
+from gigpo_gym.algos.training.metrics import format_gain, format_success, rollout_metrics, sample_prompts
 from gigpo_gym.algos.training.models import build_policy
 from gigpo_gym.algos.policies.base import ChoiceBatch, SamplingParams, TokenBatch
 from gigpo_gym.algos.policies.hf import sdpa_backends
@@ -265,9 +265,13 @@ class Trainer:
         return [losses[0], losses[-1]]
 
     def rollout(self, iteration: int) -> Rollout:
-        """Iteration ``iteration``'s training rollout: every env of this process played to the end."""
-        return collect(self.actor, self.envs, self.sampling(iteration), seed=derive_seed(self.cfg.seed, iteration),
-                       shaping=self.shaping)
+        """Iteration ``iteration``'s training rollout: every env of this process played to the end (a few of its
+        prompts go to the run's ``prompts.jsonl``)."""
+        rollout = collect(self.actor, self.envs, self.sampling(iteration), seed=derive_seed(self.cfg.seed, iteration),
+                          shaping=self.shaping)
+        if self.parallel.is_main:
+            self.run.log_prompts(sample_prompts(rollout, iteration))
+        return rollout
 
     def run_iteration(self, iteration: int) -> dict[str, Any]:
         """One RL iteration: rollout, advantages, update; its record (rollout metrics of every process, the update's)."""

@@ -13,6 +13,8 @@ DESCRIPTION = ("Serve an env id through openenv-core: each WebSocket session pla
 
 def add_serve_cli(serve_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``openenv`` under the ``serve`` command's sub-parsers (nothing of openenv-core is imported here)."""
+    from gigpo_gym.wrappers.anchor import ANCHOR_MODES
+
     parser = serve_subparsers.add_parser("openenv", help="serve an env id over openenv-core (the [openenv] extra)",
                                          description=DESCRIPTION)
     parser.add_argument("env_id", help="e.g. gigpo_gym/SearchQA-v0 (see `gigpo-gym list`)")
@@ -21,7 +23,7 @@ def add_serve_cli(serve_subparsers: argparse._SubParsersAction) -> argparse.Argu
     parser.add_argument("--max-sessions", type=int, default=8, help="WebSocket sessions at once (default 8)")
     parser.add_argument("--session-timeout", type=float, default=600.0,
                         help="seconds an idle session is kept before it is closed (default 600)")
-    parser.add_argument("--anchor-mode", choices=("state", "observation"), default="state",
+    parser.add_argument("--anchor-mode", choices=ANCHOR_MODES, default="state",
                         help="what the anchor field digests: the true state (default) or the observation text")
     parser.add_argument("--kwarg", action="append", default=[], metavar="KEY=VALUE",
                         help="env constructor argument (JSON value or string); repeatable")
