@@ -244,7 +244,7 @@ def test_the_benchmark_s_warm_start_is_a_run_folder_the_leaderboard_reads_as_sft
     from helpers_fake import CORRIDOR_ID
 
     from gigpo_gym.algos.leaderboard.policies import resolve_policy
-    from gigpo_gym.algos.training.trainer import read_selected
+    from gigpo_gym.algos.training.checkpoint import read_selected
 
     bench = load_benchmark()
     tiny = [*tiny_model(CORRIDOR_ID), "sft.steps=1", "sft.episodes=2"]
