@@ -13,8 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-#: The example configs: a checkout's ``configs/``, or the copy the wheel ships (``gigpo_gym/configs``).
-CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"
+from gigpo_gym.algos.training.config import CONFIGS_DIR, DEFAULT_CONFIG, resolve_config, shipped_configs
 
 #: Flags that are shortcuts for ``--set key=value``.
 SHORTCUTS = {
@@ -35,8 +34,9 @@ def add_cli(subparsers) -> None:
         description="Rollout -> advantages -> clipped-surrogate updates, with checkpoints, evals and a learning curve. "
         "Example: gigpo-gym train --config demo",
     )
-    p.add_argument("--config", help=f"a YAML config file, or the name of a shipped one ({', '.join(shipped_configs())}); "
-                   "unset keys keep their defaults")
+    p.add_argument("--config", default=DEFAULT_CONFIG,
+                   help=f"a YAML config file, or the name of a shipped one ({', '.join(shipped_configs())}); unset keys "
+                   f"keep their defaults (default: {DEFAULT_CONFIG}, a model that learns in about five minutes)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key, e.g. --set optim.lr=1e-5 (repeatable)")
     p.add_argument("--algo", help="advantage estimator (gigpo, grpo, ppo, rloo, reinforce_pp, dapo, ...)")
@@ -159,26 +159,6 @@ def launch(args: argparse.Namespace, cfg, overrides: list[str]) -> int:
                "--num_processes", str(processes), "-m", "gigpo_gym.algos.cli", "train", *child]
     print("running: " + " ".join(command), file=sys.stderr)
     return subprocess.run(command).returncode
-
-
-def shipped_configs() -> dict[str, Path]:
-    """Name -> file of the example configs."""
-    return {p.stem: p for p in sorted(CONFIGS_DIR.glob("*.yaml"))}
-
-
-def resolve_config(text: str | None) -> Path | None:
-    """``--config``: a file path, or a shipped config by name (``demo``, ``demo.yaml``, ``configs/demo.yaml``)."""
-    from gigpo_gym.algos.training.config import ConfigError
-
-    if text is None or Path(text).is_file():
-        return None if text is None else Path(text)
-    shipped = shipped_configs()
-    name = Path(text).stem if Path(text).suffix in (".yaml", ".yml") and Path(text).parent.name in ("", "configs") else text
-    if name in shipped:
-        return shipped[name]
-    close = difflib.get_close_matches(name, list(shipped), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ConfigError(f"--config {text!r} is neither a file nor a shipped config{hint}; shipped: {', '.join(shipped)}")
 
 
 def check_model(name: str) -> None:

@@ -73,7 +73,7 @@ def sft(args, root: Path) -> Path:
                        gradient_accumulation_steps=8,
                        learning_rate=args.lr, lr_scheduler_type="constant", logging_steps=1, report_to=[],
                        save_strategy="steps", save_steps=5, save_total_limit=1, use_cpu=True, bf16=False,
-                       gradient_checkpointing=False, assistant_only_loss=True, seed=args.seed)
+                       activation_checkpointing=False, assistant_only_loss=True, seed=args.seed)
     trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(str(smollm2_path())), args=config,
                          train_dataset=data.remove_columns(["reward"]), processing_class=tokenizer)
     trainer.train(resume_from_checkpoint=last_checkpoint(out / "trainer"))
@@ -143,7 +143,7 @@ def rl(args, root: Path, algo: str, warm: Path) -> Path:
         max_completion_length=args.max_completion_length, max_tool_calling_iterations=5, logging_steps=1,
         generation_kwargs={"max_new_tokens": args.reply_tokens},
         save_strategy="steps", save_steps=1, save_total_limit=1, report_to=[], use_cpu=True, bf16=False,
-        gradient_checkpointing=False, seed=args.seed,
+        activation_checkpointing=False, seed=args.seed,
     )  # fmt: skip
     if algo == "gigpo":
         trainer_cls, config = GiGPOTrainer, GiGPOConfig(**common, omega=1.0, gamma=0.95)

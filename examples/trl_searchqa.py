@@ -45,7 +45,7 @@ def main() -> None:
     config = GiGPOConfig(
         output_dir=os.path.join(work, "run"), omega=args.omega, gamma=0.95, max_steps=args.steps,
         per_device_train_batch_size=8, num_generations=4, max_completion_length=256, learning_rate=1e-3,
-        logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, bf16=False, gradient_checkpointing=False,
+        logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, bf16=False, activation_checkpointing=False,
         seed=0, disable_tqdm=True,
     )  # fmt: skip
     trainer = GiGPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), args=config, processing_class=tokenizer,

@@ -130,11 +130,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gigpo-gym {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("list", help="list the env ids, their backends and the data in use")
+    p = sub.add_parser("list", help="list the env ids, their backends and the data in use",
+                       description="Every registered env id with its backend, the data it reads (the embedded "
+                       "default, or the folder its environment variable names) and whether its extra is installed.")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("play", help="play an env by hand in the terminal")
+    p = sub.add_parser("play", help="play an env by hand in the terminal",
+                       description="Play one task of an env in the terminal: each step shows the observation and "
+                       "the admissible actions; a number picks one, other text is sent as the action. Example: "
+                       "gigpo-gym play gigpo_gym/ALFWorld-v0 --seed 3")
     p.add_argument("env_id", help="e.g. gigpo_gym/ALFWorld-v0 (see `gigpo-gym list`)")
     p.add_argument("--seed", type=int, default=0, help="task seed (default 0)")
     p.add_argument("--anchor-mode", choices=ANCHOR_MODES, default="state",
@@ -145,7 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     servers = list(_optional_modules(SERVERS))
     if servers:
-        serve = sub.add_parser("serve", help="run one of the suite's servers on loopback")
+        serve = sub.add_parser("serve", help="run one of the suite's servers on loopback",
+                               description="Run a server of the suite on 127.0.0.1 until interrupted: the WebShop "
+                               "site, a Search-R1 style retriever, or any env id over openenv-core.")
         serve_sub = serve.add_subparsers(dest="server", required=True, metavar="SERVER")
         for module in servers:
             module.add_serve_cli(serve_sub)

@@ -21,7 +21,7 @@ from gigpo_gym.integrations.trl import GiGPOConfig, GiGPOTrainer, environment_cl
 def main(tiny: str, out: str) -> None:
     config = GiGPOConfig(output_dir=out, per_device_train_batch_size=2, num_generations=4, max_completion_length=256,
                          report_to=[], save_strategy="no", seed=0, bf16=False, use_cpu=True, beta=0.0,
-                         gradient_checkpointing=False, omega=1.0, gamma=0.9)
+                         activation_checkpointing=False, omega=1.0, gamma=0.9)
     rows = task_dataset("gigpo_gym/SearchQA-v0", n=1, seed=3)
     trainer = GiGPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny), args=config,
                            processing_class=AutoTokenizer.from_pretrained(tiny), train_dataset=rows,

@@ -42,10 +42,25 @@ def test_play_rejects_unknown_ids_with_a_suggestion(capsys):
 
 
 def test_help_explains_each_command(capsys):
+    """Every command and sub-command has a line in its parent's listing and a description of its own, and every
+    option with a default says what it is."""
+    from gigpo_gym.cli import build_parser
+
     with pytest.raises(SystemExit):
         main(["--help"])
-    text = capsys.readouterr().out
-    assert "list" in text and "play" in text
+    listing = " ".join(capsys.readouterr().out.split())
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert {"list", "play", "serve", "alfworld", "train", "prompt", "leaderboard"} <= set(commands.choices)
+    for choice in commands._choices_actions:  # each command, then its line of help
+        assert f"{choice.dest} {' '.join(choice.help.split()[:4])}" in listing, choice.dest
+    for path, parser in _parsers(build_parser()):
+        assert parser.description, f"{path} --help has no description"
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                helped = {choice.dest for choice in action._choices_actions if choice.help}
+                assert set(action.choices) <= helped, f"{path}: {sorted(set(action.choices) - helped)} have no help line"
+            elif action.option_strings and action.default not in (None, False, argparse.SUPPRESS, []):
+                assert "default" in action.help.lower(), f"{path} {action.option_strings[0]}: the help omits the default"
 
 
 def _parsers(parser: argparse.ArgumentParser, path: str = "gigpo-gym"):

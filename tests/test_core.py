@@ -169,7 +169,8 @@ def test_one_type_checker_for_every_dataclass():
     """``core.typed``: its examples run, and a nested mapping's error names the whole key path."""
     import doctest
 
-    assert doctest.testmod(typed).failed == 0
+    result = doctest.testmod(typed)
+    assert result.attempted > 0 and result.failed == 0
     assert typed.from_mapping(_Outer, {"inner": {"sizes": [1]}, "rate": 2}) == _Outer(_Inner("a", [1]), 2.0)
     for data, message in [({"inner": {"sizes": [1, "x"]}}, r"inner\.sizes\[1\] must be an integer, got 'x'"),
                           ({"inner": {"sizes": [1, 2, 3]}}, r"inner\.sizes must hold at most 2, got 3"),

@@ -12,10 +12,16 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
+#: Third-party noise the package silences (DeepSpeed's accelerator notice, progress bars, deprecations and tracebacks).
+NOISE = ("Setting accelerator to CPU", "Writing model shards", "Loading weights", "FutureWarning", "Traceback")
+
+
 def run(name: str, timeout: float) -> str:
     result = subprocess.run([sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, timeout=timeout,
                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    noise = [line for line in (result.stdout + result.stderr).splitlines() if any(n in line for n in NOISE)]
+    assert noise == [], noise
     return result.stdout
 
 

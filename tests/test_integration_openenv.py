@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -32,6 +33,7 @@ class Running:
 
     def __init__(self, env_id: str = SEARCHQA, **kwargs):
         self.app = create_server(env_id, **kwargs)
+        self.log = ServerLog()
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
@@ -39,6 +41,7 @@ class Running:
         self.server.config.log_level = "warning"
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
+        logging.getLogger("uvicorn").addHandler(self.log)  # after uvicorn configured its loggers
         deadline = time.monotonic() + 20
         while not self.server.started and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -48,6 +51,20 @@ class Running:
         self.server.should_exit = True
         self.thread.join(10)
         self.sock.close()
+        logging.getLogger("uvicorn").removeHandler(self.log)
+        assert self.log.traces == [], "the server logged a traceback:\n" + "\n".join(self.log.traces)
+
+
+class ServerLog(logging.Handler):
+    """The tracebacks the server's log would show (an error with its exception)."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.traces: list[str] = []
+
+    def emit(self, record):
+        if record.exc_info:
+            self.traces.append(record.getMessage() + "\n" + logging.Formatter().formatException(record.exc_info))
 
 
 @pytest.fixture
@@ -126,9 +143,11 @@ def test_bad_messages_get_error_answers_and_the_session_goes_on(server):
         assert ask(ws, {"type": "dance"})["data"]["code"] == "UNKNOWN_TYPE"
         assert "reset the session" in ask(ws, {"type": "step", "data": {"message": "hi"}})["data"]["message"]
         assert ask(ws, {"type": "reset", "data": {"seed": 1}})["type"] == "observation"
-        assert ask(ws, {"type": "step", "data": {"msg": "hi"}})["data"]["code"] == "VALIDATION_ERROR"
+        missing = ask(ws, {"type": "step", "data": {"msg": "hi"}})["data"]
+        assert missing["code"] == "VALIDATION_ERROR" and missing["message"] == (
+            "Invalid message: data.message: Field required; data.msg: Extra inputs are not permitted")
         long = ask(ws, {"type": "step", "data": {"message": "x" * (MAX_MESSAGE_CHARS + 1)}})
-        assert long["data"]["code"] == "VALIDATION_ERROR"
+        assert long["data"]["code"] == "VALIDATION_ERROR" and "data.message: String should have at most" in long["data"]["message"]
         invalid = ask(ws, {"type": "step", "data": {"message": "no tags at all"}})
         assert invalid["type"] == "observation" and invalid["data"]["observation"]["action_valid"] is False
         bad_reset = ask(ws, {"type": "reset", "data": {"task_id": "no-such-task"}})
@@ -137,6 +156,16 @@ def test_bad_messages_get_error_answers_and_the_session_goes_on(server):
         answered = ask(ws, {"type": "step", "data": {"message": "<answer>x</answer>"}})
         assert "reset the session" in answered["data"]["message"]  # the failed resets left no episode to step
     assert play(server.url, seed=1)[-1]["reward"] == 1.0  # the server is still up
+
+
+def test_clients_that_close_normally_leave_no_traceback_in_the_server_log(server):
+    """openenv-core's client says "close" and closes; the session's end must not log (the server fixture checks)."""
+    for seed in (0, 1):
+        assert play(server.url, seed=seed)[-1]["done"]
+    with raw(server.url) as ws:
+        ask(ws, {"type": "reset", "data": {"seed": 3}})
+        ws.send(json.dumps({"type": "close", "data": {}}))
+    time.sleep(0.3)  # the server's side of the session ends after the client's
 
 
 def test_a_session_that_disconnects_mid_episode_is_cleaned_up():

@@ -186,7 +186,7 @@ def test_token_turns_numbers_the_runs_of_generated_tokens():
 def config(tmp_path, **kw):
     base = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4, max_completion_length=96,
                 max_steps=1, logging_steps=1, report_to=[], learning_rate=1e-3, save_strategy="no", seed=0,
-                bf16=False, use_cpu=True, disable_tqdm=True, beta=0.0, gradient_checkpointing=False)
+                bf16=False, use_cpu=True, disable_tqdm=True, beta=0.0, activation_checkpointing=False)
     return GiGPOConfig(**{**base, **kw})
 
 
@@ -283,7 +283,7 @@ def test_with_omega_zero_the_advantages_are_trls_grpo_on_the_same_batch(tiny, tm
     # a completion limit the tiny model never nears, so that no budget stops either trainer's episodes
     common = dict(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, max_completion_length=512,
                   report_to=[], save_strategy="no", seed=0, bf16=False, use_cpu=True, beta=0.0,
-                  gradient_checkpointing=False)
+                  activation_checkpointing=False)
     grpo = trainer(GRPOTrainer, GRPOConfig(**common), tiny)
     gigpo = trainer(GiGPOTrainer, GiGPOConfig(**common, omega=0.0), tiny)
     outputs = []

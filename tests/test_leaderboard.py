@@ -420,3 +420,65 @@ def test_the_config_hash_is_computed_once_per_run(tmp_path, monkeypatch):
     assert len(calls) == 1
     result = json.loads(next(tmp_path.glob("searchqa-test__*.json")).read_text())
     assert result["config_hash"] == real(load_spec("searchqa-test"), resolve_policy("random", "gigpo_gym/SearchQA-v0"), 2)
+
+
+# -- what cannot be compared is refused -------------------------------------------------------
+def test_a_run_trained_on_another_env_is_refused_before_anything_is_built(tmp_path: Path, monkeypatch):
+    from gigpo_gym.algos.training.checkpoint import RunFolder
+    from gigpo_gym.algos.training.config import load_config
+
+    run = RunFolder(tmp_path / "run")
+    run.write_config(load_config("demo"))  # trained on ALFWorld
+    (run.checkpoints / "iter-000001").mkdir(parents=True)
+    (run.checkpoints / "latest").write_text("iter-000001\n")
+
+    def never(cfg):
+        raise AssertionError("the model was built")
+
+    monkeypatch.setattr("gigpo_gym.algos.training.models.build_policy", never)
+    with pytest.raises(LeaderboardError, match=rf"{tmp_path / 'run'} was trained on gigpo_gym/ALFWorld-v0, and this spec "
+                                               r"plays gigpo_gym/SearchQA-v0: evaluate it on a spec of "
+                                               r"gigpo_gym/ALFWorld-v0 \(alfworld-valid_seen, alfworld-valid_unseen\)"):
+        resolve_policy(str(run.path), "gigpo_gym/SearchQA-v0")
+
+
+def test_a_round_in_which_every_episode_crashed_writes_no_result(tmp_path: Path, capsys):
+    from gigpo_gym.algos.leaderboard.runner import Evaluation, run_to_file
+
+    class Exploding(Policy):
+        def generate(self, prompts, sampling, contexts=None):
+            raise RuntimeError("model fell over")
+
+    spec = load_spec("searchqa-test")
+    loaded = LoadedPolicy(Exploding(), "test", "expert", "always crashing", True, SamplingParams(max_new_tokens=1))
+    with pytest.raises(LeaderboardError, match=r"every episode of round \d+ crashed, so no result is written; the "
+                                               r"first: policy: RuntimeError: model fell over"):
+        run_to_file(Evaluation.of(spec, loaded, 2), tmp_path, progress=False)
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_more_episodes_than_the_spec_plays_are_refused(capsys):
+    spec = load_spec("searchqa-test")
+    with pytest.raises(LeaderboardError, match=rf"--episodes {spec.episodes + 1} is more than the {spec.episodes} "
+                                               r"episodes per round that searchqa-test plays; use at most"):
+        _run("searchqa-test", "expert", episodes=spec.episodes + 1)
+    assert main(["leaderboard", "--policy", "expert", "--envs", "searchqa-test", "--episodes", "100000"]) == 2
+    assert capsys.readouterr().err.startswith("error: --episodes 100000 is more than the")
+
+
+def test_render_names_the_folder_it_read(small_results, tmp_path: Path, capsys):
+    from gigpo_gym.algos.leaderboard.render import results_folder_name
+    from gigpo_gym.algos.leaderboard.specs import RESULTS_DIR
+
+    result = small_results[("searchqa-test", "expert")]
+    write_result(result, tmp_path / result_filename(result))
+    assert main(["leaderboard", "render", "--results-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith(f"read the results in {tmp_path}; wrote {tmp_path / 'LEADERBOARD.md'}")
+    assert f"from the result files in `{tmp_path.resolve().as_posix()}/`" in (tmp_path / "LEADERBOARD.md").read_text()
+    assert results_folder_name(RESULTS_DIR) == "benchmarks/results/"  # the committed board's words
+
+
+def test_choosing_admissible_actions_is_for_llms_and_says_what_the_policy_is():
+    with pytest.raises(LeaderboardError, match=r"--choose-admissible is for LLM policies; 'expert' is not one \(its "
+                                               r"kind: expert\)"):
+        resolve_policy("expert", "gigpo_gym/ALFWorld-v0", choose_admissible=True)

@@ -108,7 +108,7 @@ def test_the_texts_come_from_the_env_s_metadata_and_no_wrapper_names_an_env():
 
 
 def test_the_leaderboard_takes_the_template_for_llm_policies_only():
-    with pytest.raises(LeaderboardError, match=r"--prompt paper is for LLM policies; 'random' is a random policy"):
+    with pytest.raises(LeaderboardError, match=r"--prompt paper is for LLM policies; 'random' is not one \(its kind: random\)"):
         resolve_policy("random", "gigpo_gym/ALFWorld-v0", template="paper")
     with pytest.raises(LeaderboardError, match=r"prompt template 'papr' is not one of \['default', 'paper', 'tools'\]; "
                                                r"did you mean 'paper'\?"):

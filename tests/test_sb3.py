@@ -107,7 +107,8 @@ def test_module_example_runs():
 
     from gigpo_gym.wrappers import sb3
 
-    assert doctest.testmod(sb3).attempted > 0 and doctest.testmod(sb3).failed == 0
+    result = doctest.testmod(sb3)
+    assert result.attempted > 0 and result.failed == 0
 
 
 def test_webshop_search_template_becomes_a_search_for_the_instruction():

@@ -57,6 +57,7 @@ def test_retrieve_answers_in_search_r1_format(server):
         ({"content": b"[" * 1500}, 400, "malformed JSON"),
         ({"json": ["q"]}, 422, "must be a JSON object"),
         ({"json": {"queries": "Tobias"}}, 422, "'queries' must be a list of strings"),
+        ({"json": {"query": ["Tobias"]}}, 422, r"the body has no 'queries' field \(a list of strings\)"),
         ({"json": {"queries": ["a"] * 5}}, 422, "the bound is 4 per request"),
         ({"json": {"queries": ["a"], "topk": 6}}, 422, r"'topk' must be an int in \[1, 5\]"),
         ({"json": {"queries": ["a"], "topk": "3"}}, 422, "'topk' must be an int"),

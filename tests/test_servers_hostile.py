@@ -22,13 +22,18 @@ FIXTURES = Path(__file__).parent / "fixtures" / "searchqa" / "flashrag"
 
 
 class Records(logging.Handler):
+    """Everything the server logs (uvicorn's loggers), with any exception's traceback."""
+
     def __init__(self):
-        super().__init__(logging.WARNING)
+        super().__init__(logging.DEBUG)
         self.lines: list[str] = []
+        self.traces: list[str] = []
 
     def emit(self, record):
         self.lines.append(record.getMessage() + (logging.Formatter().formatException(record.exc_info)
                                                  if record.exc_info else ""))  # fmt: skip
+        if record.exc_info or "Traceback" in record.getMessage():
+            self.traces.append(self.lines[-1])
 
 
 @pytest.fixture(scope="module", params=["site", "retriever"])
@@ -52,8 +57,10 @@ def server(request):
     records = Records()
     logging.getLogger("uvicorn").addHandler(records)
     yield srv, post, body, records
-    logging.getLogger("uvicorn").removeHandler(records)
     srv.stop()
+    logging.getLogger("uvicorn").removeHandler(records)
+    # every hostile client of the module, answered and dropped: the server's log holds no traceback
+    assert records.traces == [], "\n\n".join(records.traces)
 
 
 def _send(srv, data: bytes, wait: float = 5.0, close_write: bool = False) -> bytes:

@@ -336,7 +336,7 @@ def test_the_leaderboard_refuses_tools_for_a_policy_that_reads_prompt_strings_on
         _TextOnly(), req.text, "hf", "text only", True, SamplingParams()))
     with pytest.raises(LeaderboardError, match="answers prompt strings only"):
         resolve_policy("textonly", SEARCHQA, template="tools")
-    with pytest.raises(LeaderboardError, match="--prompt tools is for LLM policies; 'random' is a random policy"):
+    with pytest.raises(LeaderboardError, match=r"--prompt tools is for LLM policies; 'random' is not one \(its kind: random\)"):
         resolve_policy("random", SEARCHQA, template="tools")
     with pytest.raises(LeaderboardError, match="--max-observation-tokens cuts the tool results of --prompt tools"):
         resolve_policy("textonly", SEARCHQA, max_observation_tokens=64)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import re
 import socket
 import sys
 
@@ -72,6 +73,12 @@ def test_every_missing_extra_names_the_command_that_works_from_a_clone():
     assert str(error) == ('the dense retriever needs the optional dependencies of the [dense] extra: '
                           f'{install_command("dense")}')
     assert install_command("dense").startswith('pip install ".[dense]" in your gigpo-gym clone')
+    import doctest
+
+    from gigpo_gym.core import extras
+
+    result = doctest.testmod(extras)
+    assert result.attempted > 0 and result.failed == 0
 
 
 @pytest.mark.parametrize("answer", ["q", "quit", "exit", EOFError, KeyboardInterrupt])
@@ -121,3 +128,28 @@ def test_serve_on_a_port_in_use_is_one_line_naming_port(capsys, server):
         code, out, err = _run(capsys, "serve", server, "--port", str(port))
     assert (code, out) == (2, "")
     assert err == f"error: port {port} on 127.0.0.1 is already in use: choose another with --port\n"
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("env.kwargs={split: tets}", r"env.kwargs \(the train envs of gigpo_gym/ALFWorld-v0\): unknown split 'tets'; "
+                                 r"expected one of \['train', 'valid_seen', 'valid_unseen'"),
+    ("env.kwargs={task_types: [pik]}", r"env.kwargs \(the train envs of gigpo_gym/ALFWorld-v0\): unknown task type "
+                                       r"'pik'; expected some of .* Did you mean 'pick'\?"),
+    ("env.eval_kwargs={data_dir: /no/such/folder}", r"env.eval_kwargs \(the eval envs of gigpo_gym/ALFWorld-v0\): "
+                                                     r"data_dir names '/no/such/folder', which is not a directory"),
+    ("env.id=gigpo_gym/ALFWorlds-v0", r"env.id: .*Did you mean: `ALFWorld`\?"),
+])
+def test_a_bad_env_setting_is_one_line_before_any_run_folder(capsys, tmp_path, setting, message):
+    run = tmp_path / "run"
+    code, out, err = _run(capsys, "train", "--set", setting, "--run-dir", str(run))
+    assert code == 2 and not run.exists() and out == ""
+    assert len(err.strip().splitlines()) == 1 and re.match("error: " + message, err), err
+
+
+def test_load_config_takes_the_names_the_command_line_takes():
+    from gigpo_gym.algos.training.config import ConfigError, load_config, resolve_config
+
+    assert load_config("demo") == load_config("configs/demo.yaml") == load_config(resolve_config("demo.yaml"))
+    with pytest.raises(ConfigError, match=r"config 'dem' is neither a file nor a shipped config \(did you mean "
+                                          r"'demo'\?\); shipped: alfworld_paper, "):
+        load_config("dem")

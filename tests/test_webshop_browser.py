@@ -353,3 +353,30 @@ def test_hostile_actions_keep_the_contract_and_match_the_text_env(browser_env, t
     text_env.reset(seed=8)
     browser_env.reset(seed=8)
     _same(text_env.step(f"search[{query}]"), browser_env.step(f"search[{query}]"))
+
+
+@browser_test
+def test_the_experts_play_the_browser_as_they_play_the_text_env(started, browser_env, text_env):
+    """``expert_action`` of the browser env: the goal-aware expert (on the env's own site and shop) and the page
+    teacher say what they say in the text env, step for step."""
+    from gigpo_gym.envs.webshop.browser_env import WebShopBrowserEnv
+
+    own = WebShopBrowserEnv(split="test")
+    started[0].append(own)
+    for seed, style in ((0, "goal"), (1, "goal"), (2, "page")):
+        own.reset(seed=seed)
+        text_env.reset(seed=seed)
+        for _ in range(15):
+            action = own.expert_action(style)
+            assert action == text_env.expert_action(style)
+            _, reward, done, _, info = own.step(action)
+            assert (reward, done) == text_env.step(action)[1:3]
+            if done:
+                break
+        assert done and info["page"] == "done"
+    browser_env.reset(seed=0)
+    with pytest.raises(RuntimeError, match=r"this env plays a site it did not start \(site_url\): use "
+                                           r"expert_action\(style='page'\)"):
+        browser_env.expert_action()
+    with pytest.raises(ValueError, match=r"expert style must be one of \['goal', 'page'\], got 'pager'"):
+        own.expert_action("pager")

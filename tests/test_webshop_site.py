@@ -154,6 +154,8 @@ def test_stale_pages_and_non_clickable_elements_are_refused(client):
     reply = client.post(f"{path}/act", data={"v": current.body["data-ws-version"], "el": str(plain)})
     assert reply.status_code == 422 and "not clickable" in reply.text
     assert read(client.get(path).text).body["data-ws-version"] == current.body["data-ws-version"]
+    missing = client.post(f"{path}/act", data={"v": current.body["data-ws-version"]})
+    assert missing.status_code == 422 and "&#39;el&#39; must be an integer in [0, " in missing.text, missing.text[:500]
 
 
 HOSTILE = [

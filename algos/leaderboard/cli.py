@@ -35,9 +35,11 @@ def _run_options(p: argparse.ArgumentParser, suppress: bool = False) -> None:
     add("--policy", help="what to evaluate: " + POLICIES)
     add("--envs", nargs="+", metavar="SPEC", help=f"spec names (files in {SPECS_DIR}) or spec file paths; "
         "default: every spec")
-    add("--episodes", type=int, help="episodes per round seed (default: the spec's; fewer plays the spec's first tasks)")
+    add("--episodes", type=int, help="episodes per round seed (default: the spec's; fewer plays the spec's first "
+        "tasks, more is refused)")
     add("--name", help="policy name shown on the board (default: derived from --policy)")
-    add("--notes", default="", help="a note kept in the result, e.g. why it has fewer episodes than the spec")
+    add("--notes", default="", help="a note kept in the result, e.g. why it has fewer episodes than the spec "
+        "(default: none)")
     add("--seed", type=int, default=0, help="policy seed (random policy, sampling); default 0")
     add("--temperature", type=float, help="LLM sampling temperature (default: 0 = greedy; checkpoints: their eval "
         "temperature)")
@@ -54,11 +56,11 @@ def _run_options(p: argparse.ArgumentParser, suppress: bool = False) -> None:
     add("--choose-admissible", action="store_true", default=False,
         help="LLMs answer by choosing among the admissible actions with their own likelihoods (WebShop's "
              "search[<query>] filled with the instruction) instead of free generation; not for SearchQA")
-    add("--device", default="auto", help="auto, cpu, cuda, ... (in-process models)")
-    add("--batch-size", type=int, default=16, help="prompts per generate call (in-process models)")
-    add("--backend", choices=("sync", "async"), default="sync", help="grouped vector env backend")
+    add("--device", default="auto", help="auto, cpu, cuda, ... (in-process models; default auto)")
+    add("--batch-size", type=int, default=16, help="prompts per generate call (in-process models; default 16)")
+    add("--backend", choices=("sync", "async"), default="sync", help="grouped vector env backend (default sync)")
     add("--results-dir", help=_results_dir_help())
-    add("--specs-dir", default=str(SPECS_DIR), help="where spec names are looked up")
+    add("--specs-dir", default=str(SPECS_DIR), help=f"where spec names are looked up (default {SPECS_DIR})")
     add("--resume", action="store_true", default=False,
         help="continue a killed run of the same config from its episode file (<result>.<hash>.episodes.jsonl)")
     add("--overwrite", action="store_true", default=False,
@@ -122,8 +124,12 @@ def run_leaderboard_command(args: argparse.Namespace) -> int:
 def _render(args: argparse.Namespace) -> int:
     from gigpo_gym.algos.leaderboard.render import render
 
-    table, chart = render(args.results_dir, args.out)
-    print(f"wrote {table}" + (f" and {chart}" if chart else " (no chart: matplotlib is missing)"))
+    from gigpo_gym.algos.leaderboard.specs import default_results_dir
+
+    results_dir = args.results_dir if args.results_dir is not None else default_results_dir()
+    table, chart = render(results_dir, args.out)
+    print(f"read the results in {results_dir}; wrote {table}" + (f" and {chart}" if chart else
+                                                                   " (no chart: matplotlib is missing)"))
     return 0
 
 

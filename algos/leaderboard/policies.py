@@ -202,7 +202,8 @@ def resolve_policy(text: str, env_id: str, *, device: str = "auto", seed: int = 
     if template != "default":
         if loaded.kind not in LLM_KINDS:
             loaded.close()
-            raise LeaderboardError(f"--prompt {template} is for LLM policies; {loaded.spec!r} is a {loaded.kind} policy")
+            raise LeaderboardError(f"--prompt {template} is for LLM policies; {loaded.spec!r} is not one (its kind: "
+                                   f"{loaded.kind})")
         if template == "tools" and "messages" not in loaded.policy.needs_context:
             loaded.close()
             raise LeaderboardError(f"--prompt tools plays a chat with tool calls, and {loaded.spec!r} (a {loaded.kind} "
@@ -347,6 +348,14 @@ def _load_run(req: PolicyRequest, run: Any, weights: Path) -> LoadedPolicy:
     overrides = [f"model.device={req.device}"] + (["model.choose_admissible=true"] if req.choose_admissible else [])
     try:
         cfg = run.config(overrides)
+    except (ConfigError, CheckpointError) as e:
+        raise LeaderboardError(f"checkpoint {weights}: {e}") from e
+    if cfg.env.id != req.env_id:  # its prompts, observations and actions are another env's
+        from gigpo_gym.algos.leaderboard.specs import specs_of
+
+        raise LeaderboardError(f"{run.path} was trained on {cfg.env.id}, and this spec plays {req.env_id}: evaluate it "
+                               f"on a spec of {cfg.env.id} ({', '.join(specs_of(cfg.env.id)) or 'none is shipped'})")
+    try:
         policy = build_policy(cfg)
         state = run.load_weights(weights, policy)
     except (ConfigError, CheckpointError) as e:
@@ -359,8 +368,6 @@ def _load_run(req: PolicyRequest, run: Any, weights: Path) -> LoadedPolicy:
     trained_by = cfg.algo.name if iteration > 0 else ("sft" if cfg.sft.steps > 0 else "none")
     details = {"checkpoint": str(weights), "iteration": iteration, "algo": trained_by,
                "model": cfg.model.name, "trained_on": cfg.env.id, "config_digest": state.get("config_digest")}
-    if cfg.env.id != req.env_id:
-        details["warning"] = f"trained on {cfg.env.id}, evaluated on {req.env_id}"
     label = req.name or f"{cfg.model.name} + {trained_by} ({run.path.name}, iter {iteration})"
     return LoadedPolicy(policy, req.text, "checkpoint", label, sampling.temperature == 0.0, sampling, cfg.prompt,
                         details, anchor_mode=cfg.env.anchor_mode)
@@ -444,7 +451,8 @@ def _choosing(loaded: LoadedPolicy, env_id: str, custom_name: bool) -> LoadedPol
     from gigpo_gym.algos.policies.hf import HFPolicy
 
     if not isinstance(loaded.policy, HFPolicy):
-        raise LeaderboardError(f"--choose-admissible is for LLM policies; {loaded.spec!r} is a {loaded.kind} policy")
+        raise LeaderboardError(f"--choose-admissible is for LLM policies; {loaded.spec!r} is not one (its kind: "
+                               f"{loaded.kind})")
     if not _command_env(env_id):
         raise LeaderboardError(f"--choose-admissible needs admissible actions; {env_id} has an open action space")
     name = loaded.name if custom_name else f"{loaded.name}, admissible choice"

@@ -117,11 +117,20 @@ def load_paper(path: str | Path = PAPER_FILE) -> dict[str, Any]:
     return paper
 
 
-def render_markdown(by_spec: dict[str, list[dict[str, Any]]], paper: dict[str, Any] | None) -> str:
+def results_folder_name(results_dir: str | Path) -> str:
+    """How the board names the folder its rows come from: from the checkout's root when inside it (the committed
+    board's ``benchmarks/results/``), else its absolute path."""
+    folder = Path(results_dir).resolve()
+    root = BENCHMARKS_DIR.resolve().parent
+    return f"{folder.relative_to(root).as_posix()}/" if folder.is_relative_to(root) else f"{folder.as_posix()}/"
+
+
+def render_markdown(by_spec: dict[str, list[dict[str, Any]]], paper: dict[str, Any] | None,
+                    source: str = "benchmarks/results/") -> str:
     lines = [
         "# gigpo-gym leaderboard",
         "",
-        "Written by `gigpo-gym leaderboard render` from the result files in `benchmarks/results/` "
+        f"Written by `gigpo-gym leaderboard render` from the result files in `{source}` "
         "(do not edit by hand). Success, score, EM and F1 are percentages, ± one standard error of the mean "
         "over episodes. A crashed episode counts as a failure and is counted in *crashed*. *config* is the "
         "result's config hash (spec + policy + sampling + episodes + package version; for a served model its "
@@ -186,5 +195,5 @@ def render(results_dir: str | Path | None = None, out: str | Path | None = None,
     paper = load_paper(paper_file) if paper_file is not None else None
     out = Path(out) if out is not None else Path(results_dir) / "LEADERBOARD.md"
     chart = Path(chart) if chart is not None else out.with_name("leaderboard.png")
-    out.write_text(render_markdown(by_spec, paper))
+    out.write_text(render_markdown(by_spec, paper, results_folder_name(results_dir)))
     return out, render_chart(by_spec, chart)

@@ -123,6 +123,10 @@ class Evaluation:
     def __post_init__(self) -> None:
         if self.episodes < 1:
             raise LeaderboardError(f"episodes must be >= 1, got {self.episodes}")
+        if self.episodes > self.spec.episodes:  # another protocol: the spec fixes its tasks
+            raise LeaderboardError(f"--episodes {self.episodes} is more than the {self.spec.episodes} episodes per round "
+                                   f"that {self.spec.name} plays; use at most {self.spec.episodes} (fewer plays its "
+                                   "first tasks), or write a spec of your own")
         object.__setattr__(self, "config_hash", config_hash(self.spec, self.loaded, self.episodes))
 
     @classmethod
@@ -234,6 +238,7 @@ def evaluate(evaluation: Evaluation, *, backend: str = "sync", batch_size: int =
         if book is not None:
             book.close()
     records.sort(key=lambda rec: rec.index)
+    check_not_all_crashed(records, spec.seeds, n)
     metrics, per_type, counts = summarize(records, spec.final_info_metrics)
     result = {
         "result_version": RESULT_VERSION,
@@ -262,6 +267,15 @@ def evaluate(evaluation: Evaluation, *, backend: str = "sync", batch_size: int =
     if loaded.runtime:
         result["runtime"] = loaded.runtime
     return result
+
+
+def check_not_all_crashed(records: Sequence[EpisodeRecord], seeds: Sequence[int], episodes: int) -> None:
+    """A round whose every episode crashed measured nothing: the run fails (no result), naming the first error."""
+    for r, round_seed in enumerate(seeds):
+        played = records[r * episodes:(r + 1) * episodes]
+        if played and all(rec.status == "crashed" for rec in played):
+            raise LeaderboardError(f"every episode of round {round_seed} crashed, so no result is written; the first: "
+                                   f"{played[0].error}")
 
 
 def _usage(records: Sequence[EpisodeRecord]) -> dict[str, Any] | None:

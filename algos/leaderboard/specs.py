@@ -144,6 +144,11 @@ def available_specs(specs_dir: str | Path = SPECS_DIR) -> dict[str, Path]:
     return {p.stem: p for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
 
 
+def specs_of(env_id: str, specs_dir: str | Path = SPECS_DIR) -> list[str]:
+    """The names of the specs that play ``env_id``."""
+    return [name for name in available_specs(specs_dir) if load_spec(name, specs_dir).env_id == env_id]
+
+
 def load_spec(name_or_path: str | Path, specs_dir: str | Path = SPECS_DIR) -> Spec:
     """A spec by file path or by name (``alfworld-valid_seen``); unknown names get close matches."""
     path = Path(name_or_path)

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from gigpo_gym.algos.policies import decode
+from gigpo_gym.algos.policies.quiet import quiet_libraries
 from gigpo_gym.algos.policies.base import (
     ATTENTION, CHAT_CONTEXT, DECODERS, ChoiceBatch, Generation, SamplingParams, TokenBatch, TokenScores,
 )
@@ -35,9 +36,9 @@ _VALUE_FILE = "value_head.safetensors"
 def _transformers():
     try:
         import transformers
-        transformers.utils.logging.disable_progress_bar()
     except ImportError as e:  # pragma: no cover - depends on the install
         raise missing_extra_error("train", "the Hugging Face policy backend") from e
+    quiet_libraries()
     return transformers
 
 

@@ -19,6 +19,7 @@ from typing import Iterable
 
 import torch
 
+from gigpo_gym.algos.policies.quiet import quiet_libraries
 from gigpo_gym.core.anchor import digest
 from gigpo_gym.core.data import cache_dir
 
@@ -109,6 +110,7 @@ def build_tiny(corpus: list[str], spec: TinySpec = TinySpec(), *, name: str = "t
     target = cache_dir("models", TINY_VERSION) / f"{name}-{key}"
     if (target / "build.json").is_file():
         return target
+    quiet_libraries()
     tokenizer = train_tokenizer(corpus, spec.vocab_size, spec.pieces)
     model = init_model(spec, tokenizer)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))

@@ -15,6 +15,7 @@ objects in one place each (``ModelConfig.policy_kwargs``, ``SamplingConfig.param
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 from dataclasses import dataclass, field
@@ -392,6 +393,27 @@ class TrainConfig:
         overrides = {"train": {}, "eval": e.eval_kwargs, "select": e.select_kwargs}[role]
         return {**e.kwargs, **overrides, **self.prompt.env_kwargs()}
 
+    def check_envs(self) -> None:
+        """Make each env the run will make once, so a bad env kwarg (a split, a task type, a data folder) is one
+        ``ConfigError`` naming the section, before any run folder or model exists."""
+        import gymnasium as gym
+
+        import gigpo_gym  # noqa: F401  (registers the suite)
+
+        e = self.env
+        try:
+            gym.spec(e.id)
+        except gym.error.Error as err:
+            raise ConfigError(f"env.id: {err}") from None
+        roles = [("train", "kwargs")] + ([("eval", "eval_kwargs")] if e.eval_episodes else []) + (
+            [("select", "select_kwargs")] if self.select_every else [])
+        for role, key in roles:
+            try:
+                gym.make(e.id, **self.env_kwargs(role)).close()
+            except (gym.error.Error, TypeError, ValueError, FileNotFoundError) as err:
+                message = str(err).split(" was raised from the environment creator")[0]
+                raise ConfigError(f"env.{key} (the {role} envs of {e.id}): {message}") from None
+
     def wrapper(self):
         """The prompt stack every env of the run wears (picklable, for ``make_grouped(wrappers=...)``)."""
         return llm_stack(self.prompt, self.env.anchor_mode)
@@ -412,6 +434,30 @@ class TrainConfig:
                                       group_offset=group_offset)
 
 # -- loading ----------------------------------------------------------------------------
+#: The shipped configs: a checkout's ``configs/``, or the copy the wheel ships (``gigpo_gym/configs``).
+CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
+#: What ``gigpo-gym train`` trains without ``--config``.
+DEFAULT_CONFIG = "quickstart"
+
+
+def shipped_configs() -> dict[str, Path]:
+    """Name -> file of the shipped configs."""
+    return {p.stem: p for p in sorted(CONFIGS_DIR.glob("*.yaml"))}
+
+
+def resolve_config(text: str | Path | None, what: str = "--config") -> Path | None:
+    """A config file path, or a shipped config by name (``demo``, ``demo.yaml``, ``configs/demo.yaml``)."""
+    if text is None or Path(text).is_file():
+        return None if text is None else Path(text)
+    text = str(text)
+    shipped = shipped_configs()
+    name = Path(text).stem if Path(text).suffix in (".yaml", ".yml") and Path(text).parent.name in ("", "configs") else text
+    if name in shipped:
+        return shipped[name]
+    close = difflib.get_close_matches(name, list(shipped), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ConfigError(f"{what} {text!r} is neither a file nor a shipped config{hint}; shipped: {', '.join(shipped)}")
+
 
 
 def _yaml_loader():
@@ -457,14 +503,13 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
-    """Read a YAML config (``None``: the defaults) and apply ``key=value`` overrides."""
+    """Read a YAML config, a file or a shipped config by name as the command line takes it (``"demo"``; ``None``:
+    the defaults), and apply ``key=value`` overrides."""
     import yaml
 
     data: dict[str, Any] = {}
+    path = resolve_config(path, what="config")
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
         try:
             data = _parse_yaml(path.read_text()) or {}
         except yaml.YAMLError as e:

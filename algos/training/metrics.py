@@ -184,8 +184,21 @@ def format_success(title: str, m: dict[str, float], prefix: str = "eval") -> str
     return line
 
 
-def format_gain(before: dict[str, float], after: dict[str, float], prefix: str = "eval") -> str:
-    """The RL phase's change in held-out success, overall with its standard error and per task type.
+def format_iteration(record: dict[str, Any], iterations: int) -> str:
+    """The one line an RL iteration prints: its rollout's success, mean paid return, invalid share and time (and the
+    selection's or the held-out evaluation's success when it ran them)."""
+    line = (f"iteration {record['iteration']:>3}/{iterations}  success {100 * record['rollout/success']:5.1f}%  "
+            f"reward {record['rollout/return']:+7.2f}  invalid {100 * record['rollout/invalid_action_rate']:5.1f}%  "
+            f"{record['time/iteration_seconds']:6.1f} s")
+    for key, name in (("select/success", "selection"), ("eval/success", "held-out")):
+        if key in record:
+            line += f"  | {name} {100 * record[key]:5.1f}%"
+    return line
+
+
+def format_gain(before: dict[str, float], after: dict[str, float], prefix: str = "eval",
+                title: str = "RL gain (points)") -> str:
+    """A change in held-out success (the RL phase's, by default), overall with its standard error and per task type.
 
     The error treats the two evaluations as independent; they replay the same tasks, so it
     is conservative.
@@ -195,4 +208,4 @@ def format_gain(before: dict[str, float], after: dict[str, float], prefix: str =
     types = sorted(k.split("/")[-1] for k in after if k.startswith(f"{prefix}/success/"))
     cells = "  ".join(f"{k} {100 * (after[f'{prefix}/success/{k}'] - before.get(f'{prefix}/success/{k}', 0.0)):+5.1f}"
                       for k in types)
-    return f"{'RL gain (points)':<22} all {100 * (b - a):+5.1f} +- {100 * sem:4.1f}  {cells}"
+    return f"{title:<22} all {100 * (b - a):+5.1f} +- {100 * sem:4.1f}  {cells}"

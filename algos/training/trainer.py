@@ -43,13 +43,18 @@ from gigpo_gym.algos.training.compute import (
 )
 from gigpo_gym.algos.training.config import ConfigError, OptimConfig, TrainConfig, config_to_dict, scheduled_lr
 from gigpo_gym.algos.training.loss import choice_kl, policy_loss, value_loss
-from gigpo_gym.algos.training.metrics import format_gain, format_success, rollout_metrics, sample_prompts
+from gigpo_gym.algos.training.metrics import format_gain, format_iteration, format_success, rollout_metrics, sample_prompts
 from gigpo_gym.algos.training.models import build_policy
 from gigpo_gym.algos.policies.base import ChoiceBatch, SamplingParams, TokenBatch
 from gigpo_gym.algos.policies.hf import sdpa_backends
 from gigpo_gym.algos.training.rollout import Rollout, collect
 from gigpo_gym.core.anchor import digest
 from gigpo_gym.core.env import derive_seed
+
+
+def say(*parts: Any) -> None:
+    """Print a line at once (a run's log is read while it runs, often through a pipe or a file)."""
+    print(*parts, flush=True)
 
 
 def learning_rate(optim: OptimConfig, iteration: int, iterations: int) -> float:
@@ -98,6 +103,7 @@ class Trainer:
                 check_vllm()
             except BackendUnavailable as err:
                 raise ConfigError(str(err)) from None
+        cfg.check_envs()  # a bad split, task type or data folder: one line, before the run folder exists
         self.run_dir.mkdir(parents=True, exist_ok=True)
         configure_determinism(cfg.deterministic)
         if cfg.model.dtype != "float32" and (cfg.iterations or cfg.sft.steps):
@@ -137,15 +143,13 @@ class Trainer:
         self._pending_optimizer_state: dict | None = None
 
     # -- the whole run -------------------------------------------------------------
-    def train(self, resume: str | Path | None = None, echo=print) -> dict[str, Any]:
+    def train(self, resume: str | Path | None = None, echo=say) -> dict[str, Any]:
         """Run (or, with ``resume``: 'latest' or a checkpoint folder, continue) the whole training.
 
         Returns the summary also written to ``summary.json``.  In a multi-process run every
         process calls this; rank 0 alone prints, logs, evaluates and writes files (the
         others return a summary with ``"main": False``).
         """
-        from tqdm.auto import tqdm
-
         cfg, main = self.cfg, self.parallel.is_main
         echo = echo if main else _silent
         if main:
@@ -154,11 +158,10 @@ class Trainer:
                                    "processes": self.parallel.world, "engine": self.parallel.engine}
         started = time.perf_counter()
         start = self._resume_run(resume, summary, echo) if resume else self._start_run(summary, echo)
-        bar = tqdm(range(start + 1, cfg.iterations + 1), desc=f"{cfg.algo.name}", disable=not (cfg.progress and main))
         last_eval: dict[str, float] = {}
         held_out: dict[int, dict[str, float]] = {}  # this process's held-out evaluations, by iteration
         selected = self.run.selected(before=start) if resume and self.select_envs is not None else None
-        for it in bar:
+        for it in range(start + 1, cfg.iterations + 1):
             t0 = time.perf_counter()
             record = self.run_iteration(it)
             if self.select_envs is not None and (it % cfg.select_every == 0 or it == cfg.iterations):
@@ -175,7 +178,7 @@ class Trainer:
                 self._save_reference(it)
             if it % cfg.save_every == 0 or it == cfg.iterations:
                 self.save(it)
-            bar.set_postfix(success=f"{record['rollout/success']:.2f}", invalid=f"{record['rollout/invalid_action_rate']:.2f}")
+            echo(format_iteration(record, cfg.iterations))
         title = f"after {cfg.algo.name} ({cfg.iterations} it)"
         if cfg.iterations > start and selected is not None:  # the chosen weights are the run's result
             self.load_selected()
@@ -191,6 +194,8 @@ class Trainer:
             before = summary["evals"].get("after SFT") or summary["evals"].get("initial")
             if before:
                 echo(format_gain(before, last_eval))
+            if "after SFT" in summary["evals"] and "initial" in summary["evals"]:  # the whole run's, warm start included
+                echo(format_gain(summary["evals"]["initial"], last_eval, title="gain over the untrained model"))
         summary["seconds"] = time.perf_counter() - started
         final = self.run.final_checkpoint()
         summary["final_checkpoint"] = str(final) if final is not None else None
@@ -236,7 +241,7 @@ class Trainer:
                  "are not carried over")
         return start
 
-    def warm_start(self, echo=print) -> list[float]:
+    def warm_start(self, echo=say) -> list[float]:
         """Supervised warm start on the env expert's demonstrations (the ``sft`` section); the first and last loss.
 
         Runs before ``prepare``: every process trains the same warm start.
@@ -246,6 +251,7 @@ class Trainer:
         from gigpo_gym.algos.training.sft import expert_demonstrations, oversample, sft_train
 
         cfg = self.cfg
+        echo(f"SFT warm start: {cfg.sft.steps} steps on {cfg.sft.episodes} expert episodes")
         demos = expert_demonstrations(cfg.env.id, cfg.sft.episodes, seed=derive_seed(cfg.seed, 5),
                                       env_kwargs=cfg.env_kwargs("train"), wrapper=cfg.wrapper(),
                                       expert_kwargs=cfg.sft.expert_kwargs)
@@ -556,7 +562,7 @@ class Trainer:
             self.run.prune_references(self.cfg.optim.kl_reset_every)
         return folder
 
-    def resume(self, where: str | Path = "latest", echo=print) -> int:
+    def resume(self, where: str | Path = "latest", echo=say) -> int:
         """Load a checkpoint ('latest': this run's newest complete one, or a folder); returns its iteration.
 
         Before ``prepare``: any process count resumes from any checkpoint (they hold the
@@ -638,7 +644,7 @@ class _FullState:
         return self._state
 
 
-def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | None = None, echo=print) -> dict:
+def run_training(cfg: TrainConfig, *, resume: str | None = None, policy: Any | None = None, echo=say) -> dict:
     """Build a ``Trainer``, ``train()`` and close it: what ``gigpo-gym train`` runs (returns the summary)."""
     trainer = Trainer(cfg, policy)
     finished = False

@@ -155,6 +155,9 @@ def guarded_protocol(limits: ServerLimits) -> type:
             """Reply, then half-close and drop what the client still sends, for LINGER_SECONDS at most."""
             self._cancel()
             self._waiting, self._refused = None, True
+            if self.cycle is not None:  # the app's request ends here: what it reads or sends later goes nowhere
+                self.cycle.disconnected = True
+                self.cycle.message_event.set()
             self.transport.write(_raw_reply(status, reason, message, extra))
             if self.transport.can_write_eof():
                 self.transport.write_eof()

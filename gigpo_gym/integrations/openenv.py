@@ -10,12 +10,17 @@ plays with ``{"message": ...}`` and no gigpo-gym code.  Observations carry the s
 ``SuiteEnvClient`` is the typed client.
 
 openenv-core's stateless HTTP ``/reset`` and ``/step`` make a fresh env per request, so
-an episode needs the WebSocket session (``EnvClient`` uses it).
+an episode needs the WebSocket session (``EnvClient`` uses it).  Around openenv-core's
+app, ``QuietSessions`` keeps the server's log free of a normal client disconnect (its
+session loop closes a socket the client has closed already, which would log a
+traceback) and makes a malformed message's error name the field (``Invalid message:
+data.message: Field required``; openenv-core sends the details in ``errors`` only).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any
 
 from gigpo_gym.integrations import require
@@ -116,6 +121,44 @@ class SuiteEnvironment(Environment):
         )  # fmt: skip
 
 
+class QuietSessions:
+    """ASGI middleware around openenv-core's app for its WebSocket sessions (see the module docstring)."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+        from starlette.websockets import WebSocketDisconnect
+
+        async def precise(message: dict) -> None:
+            if message.get("type") == "websocket.send" and message.get("text"):
+                message = {**message, "text": named_fields(message["text"])}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, precise)
+        except WebSocketDisconnect:  # the client left first: the normal end of its session, nothing to log
+            pass
+
+
+def named_fields(text: str) -> str:
+    """A WebSocket error answer whose ``errors`` list validation problems, with each field named in its message."""
+    try:
+        answer = json.loads(text)
+        data = answer["data"]
+        if answer.get("type") != "error" or data.get("code") != "VALIDATION_ERROR" or not data.get("errors"):
+            return text
+        problems = "; ".join(f"data.{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}"
+                             for e in data["errors"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return text
+    data["message"] = f"{data.get('message', 'Invalid message')}: {problems}"
+    return json.dumps(answer)
+
+
 def create_server(env_id: str, *, max_sessions: int = 8, session_timeout: float | None = 600.0,
                   anchor_mode: str = "state", **env_kwargs: Any):
     """openenv-core's FastAPI app serving ``env_id`` (run it with uvicorn; ``gigpo-gym serve openenv`` does).
@@ -129,7 +172,9 @@ def create_server(env_id: str, *, max_sessions: int = 8, session_timeout: float 
     gym.make(env_id, **env_kwargs).close()  # a bad keyword fails here, not in the first session
     factory = functools.partial(SuiteEnvironment, env_id, env_kwargs, anchor_mode)
     concurrency = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=session_timeout)
-    return create_app(factory, SuiteAction, SuiteObservation, env_name=env_id, concurrency_config=concurrency)
+    app = create_app(factory, SuiteAction, SuiteObservation, env_name=env_id, concurrency_config=concurrency)
+    app.add_middleware(QuietSessions)
+    return app
 
 
 class SuiteEnvClient(EnvClient[SuiteAction, SuiteObservation, SuiteState]):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from trl.chat_template_utils import add_response_schema, supports_tool_calling  # noqa: E402
 
 from gigpo_gym.algos.estimators.batch import StepBatch  # noqa: E402
+from gigpo_gym.algos.policies.quiet import quiet_libraries  # noqa: E402
 from gigpo_gym.algos.estimators.registry import algorithm_class  # noqa: E402
 from gigpo_gym.core.env import derive_seed  # noqa: E402
 from gigpo_gym.wrappers.anchor import ANCHOR_MODES  # noqa: E402
@@ -40,6 +42,9 @@ from gigpo_gym.wrappers.tool_env import (  # noqa: E402, F401
     CompletionBudget, StepRecord, ToolEnvironment, environment_class, tool_schemas)
 
 logger = logging.getLogger(__name__)
+quiet_libraries()
+# TRL 1.16's trainers read transformers 5's deprecated `is_gradient_checkpointing`: TRL's to change, not the user's
+warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 __all__ = ["GiGPOConfig", "GiGPOTrainer", "StepRecord", "ToolEnvironment", "environment_class", "expert_conversations",
            "task_dataset",

@@ -48,6 +48,7 @@ def _fixed_strings(data) -> list[str]:
 def tiny_tool_model(env_id: str, folder: str | Path, *, episodes: int = 32, sft_steps: int = 60, seed: int = 0,
                     **env_kwargs: Any) -> Path:
     """Folder of a tiny tool-calling model for ``env_id`` (built once; an existing folder is reused)."""
+    import datasets
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
@@ -73,8 +74,9 @@ def tiny_tool_model(env_id: str, folder: str | Path, *, episodes: int = 32, sft_
         args = SFTConfig(output_dir=str(folder / "sft"), max_steps=sft_steps, per_device_train_batch_size=8,
                          learning_rate=5e-3, lr_scheduler_type="constant", logging_steps=sft_steps, report_to=[],
                          save_strategy="no", use_cpu=True, bf16=False, assistant_only_loss=True, seed=seed,
-                         gradient_checkpointing=False,
+                         activation_checkpointing=False,
                          disable_tqdm=True)
+        datasets.disable_progress_bars()  # its map steps over a few dozen rows: bars of no use
         SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer).train()
     model.save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))

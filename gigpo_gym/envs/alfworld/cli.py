@@ -45,9 +45,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def add_cli(subparsers: Any) -> None:
     """Add ``alfworld demos`` and ``alfworld export`` to the ``gigpo-gym`` command."""
-    alf = subparsers.add_parser("alfworld", help="ALFWorld tools (expert demonstrations, data export)")
+    alf = subparsers.add_parser("alfworld", help="ALFWorld tools (expert demonstrations, data export)",
+                                description="ALFWorld tools: the expert's trajectories as JSONL (demos), and "
+                                "generated tasks as a data tree ALFWorld's own code plays (export).")
     sub = alf.add_subparsers(dest="alfworld_command", required=True)
-    demos = sub.add_parser("demos", help="export expert trajectories as JSONL (one row per step)")
+    demos = sub.add_parser("demos", help="export expert trajectories as JSONL (one row per step)",
+                           description="Play ALFWorld's expert on the tasks of a split and write every step as one "
+                           "JSON line: the task, the observation, the admissible actions, the action, the reward, "
+                           "whether the episode is done and won (no prompts). Example: gigpo-gym alfworld demos "
+                           "--split train --n 100 --out demos.jsonl")
     _common(demos)
     demos.add_argument("--data-dir", default=None, help="a downloaded ALFWorld data folder (default: generated)")
     demos.add_argument("--out", required=True, help="output JSONL file")

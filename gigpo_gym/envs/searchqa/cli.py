@@ -34,9 +34,9 @@ def add_serve_cli(serve_subparsers: argparse._SubParsersAction) -> argparse.Argu
         help="folder with corpus.jsonl (else $GIGPO_SEARCHQA_DATA, else the embedded world)",
     )
     parser.add_argument("--world-size", type=int, default=600, help="people in the embedded world (default 600)")
-    parser.add_argument("--max-queries", type=int, default=DEFAULT_MAX_QUERIES, help="queries per request")
-    parser.add_argument("--max-topk", type=int, default=DEFAULT_MAX_SERVER_TOPK, help="largest topk a request may ask")
-    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="largest request body")
+    parser.add_argument("--max-queries", type=int, default=DEFAULT_MAX_QUERIES, help=f"queries per request (default {DEFAULT_MAX_QUERIES})")
+    parser.add_argument("--max-topk", type=int, default=DEFAULT_MAX_SERVER_TOPK, help=f"largest topk a request may ask (default {DEFAULT_MAX_SERVER_TOPK})")
+    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help=f"largest request body in bytes (default {DEFAULT_MAX_BODY_BYTES})")
     parser.set_defaults(func=run_serve_retriever)
     return parser
 

@@ -39,6 +39,8 @@ def _validate(payload: Any, max_queries: int, max_topk: int) -> tuple[list[str],
     """``(queries, topk, return_scores)`` of a request, or ValueError naming the field."""
     if not isinstance(payload, dict):
         raise ValueError("the body must be a JSON object with a 'queries' list")
+    if "queries" not in payload:
+        raise ValueError("the body has no 'queries' field (a list of strings)")
     queries = payload.get("queries")
     if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
         raise ValueError("'queries' must be a list of strings")

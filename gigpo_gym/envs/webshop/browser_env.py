@@ -20,6 +20,10 @@ Actions
 Seeds
     As the text env's (any int >= 0, 2**64 and beyond), up to 4,300 decimal digits:
     the seed goes to the site's ``/start?seed=`` as text.
+Expert
+    ``expert_action(style)`` as the text env's: ``"goal"`` (the scripted shopper, which
+    reads the shop, so it needs the env's own site, not a ``site_url``) or ``"page"``
+    (the page-reading teacher).
 Rewards, info
     As the text env.  Score, reward parts, state anchor, task id and type are read
     from the page's data attributes (the site reports them; the env never calls the
@@ -50,12 +54,15 @@ from gigpo_gym.core.data import resolve_data_dir
 from gigpo_gym.core.env import TextEnv
 from gigpo_gym.envs.webshop import pages as P
 from gigpo_gym.envs.webshop.browser import DEFAULT_CHROMEDRIVER, DEFAULT_CHROMIUM, HeadlessChromium, check_binaries
-from gigpo_gym.envs.webshop.engine import WebShopEngine, parse_action
+from gigpo_gym.envs.webshop.engine import Session, WebShopEngine, parse_action
+from gigpo_gym.envs.webshop.env import EXPERT_STYLES
+from gigpo_gym.envs.webshop.expert import expert_action
 from gigpo_gym.envs.webshop import DATA_ENV
 from gigpo_gym.envs.webshop.goals import SPLITS
 from gigpo_gym.envs.webshop.prompts import METADATA as PROMPTS
 from gigpo_gym.envs.webshop.render import OBSERVATION_MODES, RENDERERS
 from gigpo_gym.envs.webshop.site import MAX_SEED_DIGITS
+from gigpo_gym.envs.webshop.teacher import page_teacher_action
 
 #: One round trip: the page's data-ws nodes and the body's data attributes.
 _READ_DOM = """
@@ -140,12 +147,13 @@ class WebShopBrowserEnv(TextEnv):
         self._chromium = (chromium_path, chromedriver_path)
         self._res = _Resources()
         self._finalizer = weakref.finalize(self, self._res.close)
+        self._shop = None  # the goal-aware expert reads it (an env on another site has none)
         if site_url is None:
             from gigpo_gym.envs.webshop.shop import load_shop
             from gigpo_gym.envs.webshop.site import LocalSite
 
             path = resolve_data_dir(data_dir, DATA_ENV)
-            shop = load_shop(path, num_products or (1000 if path is None else None), human_goals)
+            shop = self._shop = load_shop(path, num_products or (1000 if path is None else None), human_goals)
             self._res.site = LocalSite(shop)
             site_url = self._res.site.url
         self.site_url = site_url.rstrip("/")
@@ -207,6 +215,25 @@ class WebShopBrowserEnv(TextEnv):
     def close(self) -> None:
         self._finalizer()
         super().close()
+
+    def expert_action(self, style: str = "goal") -> str:
+        """The next action of the scripted expert (``"goal"``) or of the page-reading teacher (``"page"``), as the text
+        env's ``expert_action``: the goal-aware one replays the session the page reports on the env's own shop."""
+        if self._dom is None:
+            raise RuntimeError("call reset() before expert_action()")
+        if style not in EXPERT_STYLES:
+            raise ValueError(f"expert style must be one of {list(EXPERT_STYLES)}, got {style!r}")
+        if style == "page":
+            return page_teacher_action(self._page)
+        if self._shop is None:
+            raise RuntimeError("the goal-aware expert reads the shop, and this env plays a site it did not start "
+                               "(site_url): use expert_action(style='page')")
+        state = json.loads(self._dom["state"])
+        query = state["query"]
+        session = Session(goal=self._shop.goals[state["goal"]], page=self._dom["page"], query=query,
+                          hits=self._shop.search(query) if query is not None else (),
+                          page_num=state["page_num"] or 1, asin=state["asin"], options=dict(state["options"]))
+        return expert_action(self._shop, session)
 
     # -- browser work -----------------------------------------------------------------
     def _act(self, index: int, query: str | None) -> None:

@@ -27,9 +27,9 @@ def add_serve_cli(serve_subparsers: argparse._SubParsersAction) -> argparse.Argu
     )
     parser.add_argument("--num-products", type=int, default=None, help="catalog size (embedded default 1,000)")
     parser.add_argument("--human-goals", choices=("auto", "yes", "no"), default="auto",
-                        help="real files: human goals where items_human_ins.json exists (auto), always, never")  # fmt: skip
-    parser.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS, help="live sessions; when all are in use, /start answers 503 + Retry-After")
-    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="largest request body")
+                        help="real files: human goals where items_human_ins.json exists (auto, the default), always (yes), never (no)")  # fmt: skip
+    parser.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS, help=f"live sessions; when all are in use, /start answers 503 + Retry-After (default {DEFAULT_MAX_SESSIONS})")
+    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help=f"largest request body in bytes (default {DEFAULT_MAX_BODY_BYTES})")
     parser.set_defaults(func=run_serve_webshop)
     return parser
 
