@@ -340,6 +340,20 @@ class SFTConfig:
 
 
 @dataclass
+class RecordsConfig:
+    """What each iteration records for ``gigpo-gym inspect`` (``records``; ``training.records`` says what a record holds)."""
+
+    groups: int = 2
+    """Task groups recorded whole per iteration, every episode and step (0: record nothing, write no records/)."""
+    text_chars: int = 1000
+    """Each recorded observation and reply is cut to this many characters."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        _at_least(self, ("groups", 0), ("text_chars", 1))
+
+
+@dataclass
 class TrainConfig:
     """A whole training run: its sections, and the rules across them."""
 
@@ -352,6 +366,7 @@ class TrainConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    records: RecordsConfig = field(default_factory=RecordsConfig)
     iterations: int = 10
     """RL iterations (rollout + update)."""
     seed: int = 0

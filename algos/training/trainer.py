@@ -45,6 +45,7 @@ from gigpo_gym.algos.training.config import ConfigError, OptimConfig, TrainConfi
 from gigpo_gym.algos.training.loss import choice_kl, policy_loss, value_loss
 from gigpo_gym.algos.training.metrics import format_gain, format_success, rollout_metrics
 from gigpo_gym.algos.training.models import build_policy
+from gigpo_gym.algos.training.records import Recorder, Updated
 from gigpo_gym.algos.policies.base import ChoiceBatch, SamplingParams, TokenBatch
 from gigpo_gym.algos.policies.hf import sdpa_backends
 from gigpo_gym.algos.training.rollout import Rollout, collect
@@ -152,6 +153,11 @@ class Trainer:
         self.actor = self.policy
         self.prepared = False
         self._pending_optimizer_state: dict | None = None
+        #: Rank 0's recorder of a few task groups per iteration (``training.records``); None: recording is off.
+        self.recorder = Recorder(self.run.records, cfg.records.groups, cfg.seed, cfg.records.text_chars) \
+            if cfg.records.groups and self.parallel.is_main else None
+        #: The last update's batch, advantages (with their parts) and trained rows, for the recorder.
+        self.updated: Updated | None = None
 
     # -- the whole run -------------------------------------------------------------
     def train(self, resume: str | Path | None = None, echo=print) -> dict[str, Any]:
@@ -294,6 +300,8 @@ class Trainer:
         t1 = time.perf_counter()
         record.update(self.update(rollout, iteration, whole))
         record["train/seconds"] = time.perf_counter() - t1
+        if self.recorder is not None:
+            self.recorder.record_rollout(iteration, rollout, whole, self.updated, self.algo.config())
         return record
 
     def select(self, iteration: int, selected: dict[str, Any] | None) -> tuple[dict[str, float], dict[str, Any] | None]:
@@ -440,7 +448,8 @@ class Trainer:
         if self.algo.needs_critic:
             batch.values = whole.values
         t_advantages = time.perf_counter()
-        advantages = np.asarray(self.algo.advantages(batch), dtype=np.float64)
+        parts = self.algo.advantage_parts(batch)
+        advantages = np.asarray(parts.advantages, dtype=np.float64)
         advantage_seconds = time.perf_counter() - t_advantages
         keep = np.asarray(self.algo.row_mask(batch), dtype=bool) & (whole.response_lengths > 0)
         zero_share = float(np.mean(np.abs(advantages[keep]) < 1e-9)) if keep.any() else 1.0
@@ -533,7 +542,7 @@ class Trainer:
         m = {f"train/{k}": v / updates for k, v in zip(summed, totals) if norms}
         if norms:
             m["train/grad_norm"] = float(np.mean(norms))
-        m.update({k.replace("adv/", "train/adv_"): v for k, v in self.algo.diagnostics(batch).items()})
+        m.update({k.replace("adv/", "train/adv_"): v for k, v in self.algo.diagnostics(batch, parts).items()})
         m["train/rows_used"] = float(len(rows))
         m["train/lr"] = float(self.optimizer.param_groups[0]["lr"])
         m["train/advantage_mean"] = float(advantages[keep].mean()) if keep.any() else 0.0
@@ -545,6 +554,7 @@ class Trainer:
         m["time/optimize_seconds"] = time.perf_counter() - t_update  # forward, backward and the optimiser steps
         m["time/step_seconds"] = step_seconds  # the optimiser steps alone (clipping included)
         m["time/advantage_seconds"] = advantage_seconds
+        self.updated = Updated(batch, advantages, keep, parts)
         return m
 
     # -- files and lifecycle -------------------------------------------------------------
@@ -556,6 +566,8 @@ class Trainer:
     def save(self, iteration: int) -> Path:
         """Checkpoint ``iteration`` (rank 0 writes; every process takes part: a sharded optimiser state is gathered)."""
         state = {"config_digest": self.config_digest, "iteration": iteration}
+        if self.recorder is not None:  # first: a checkpoint is never without its iterations' records
+            self.recorder.flush()
         keep = self.cfg.keep_checkpoints
         if self.parallel.world == 1:
             folder = self.run.save_checkpoint(iteration, self.policy, self.optimizer, state, keep=keep)
