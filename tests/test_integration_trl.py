@@ -314,6 +314,17 @@ def test_gigpo_trainer_trains_and_logs_step_groups(tiny, tmp_path):
         assert key in logged, sorted(logged)
     assert logged["env/unseen_steps"] == 0
     assert all(s.turn is not None for env in t.environments for s in env.steps)
+    # the records the package's trainer writes, at the end (no checkpoint here), which gigpo-gym inspect reads
+    from gigpo_gym.algos.inspect.page import load
+    from gigpo_gym.algos.training.records import read_record, recorded_iterations
+
+    assert recorded_iterations(tmp_path / "records") == [1, 2]
+    records = [read_record(tmp_path / "records", it) for it in (1, 2)]
+    assert all(r["source"] == "trl" and r["algo"]["name"] == "gigpo" and len(r["groups"]) == 2 for r in records)
+    steps = [(r, s) for r in records for g in r["groups"] for e in g["episodes"] for s in e["steps"]]
+    assert all(s["adv_e"] is not None and s["adv_s"] is not None and s["size"] >= 1 for _, s in steps)
+    assert any(s["action"] is not None for _, s in steps) and all(isinstance(r["texts"][s["reply"]], str) for r, s in steps)
+    assert load(tmp_path)["iterations"] == [1, 2]
 
 
 @pytest.mark.slow
