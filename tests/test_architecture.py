@@ -43,6 +43,11 @@ load_config(None, ["prompt.template=paper"])
 from gigpo_gym.algos.leaderboard.render import render
 import gigpo_gym.algos.leaderboard.policies
 """,
+    "the run inspector": """
+from gigpo_gym.algos.inspect.page import render
+from gigpo_gym.algos.training.records import iteration_record
+render({"kind": "leaderboard", "title": "t", "path": "p", "charts": [], "episodes": []})
+""",
     "served models and the paper's prompts": """
 from gigpo_gym.algos.policies.chat_api import ChatAPIPolicy
 from gigpo_gym.algos.leaderboard.journal import EpisodeJournal
