@@ -111,7 +111,7 @@ def test_inspect_writes_one_self_contained_page_and_names_what_it_cannot_show(ru
     page = out.read_text()
     assert "wrote" in capsys.readouterr().out
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page) and "<link" not in page
-    assert page.count('<svg class="plot"') == 6 and '"kind":"run"' in page
+    assert page.count('<svg class="plot"') == 7 and '"kind":"run"' in page
     assert main(["inspect", str(run), "--iteration", "1", "--out", str(tmp_path / "one.html")]) == 0
     assert json.loads(re.search(r'type="application/json">(.*?)</script>', (tmp_path / "one.html").read_text()).group(1)
                       )["records"].keys() == {"1"}
@@ -219,7 +219,7 @@ def test_the_page_shows_the_groups_marks_equal_anchors_and_lights_a_group_in_chr
     assert chromium.get_log("browser") == []  # no error, no warning in the console
     groups = chromium.find_elements("css selector", "section.group")
     assert len(groups) == 2
-    assert len(chromium.find_elements("css selector", "svg.plot")) == 6
+    assert len(chromium.find_elements("css selector", "svg.plot")) == 7
     marked = chromium.find_elements("css selector", "td.cell.shared")
     assert marked, "no step shares its anchor with another"
     code = marked[0].get_attribute("data-g")

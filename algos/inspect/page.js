@@ -83,6 +83,7 @@
       el("span", { class: "stat" }, `steps in groups of >= 2: ${pct(b.rows_in_shared_groups)}`),
       el("span", { class: "stat" }, `mean group size ${b.step_group_size_mean === null ? "-" : b.step_group_size_mean.toFixed(2)}`),
       el("span", { class: "stat" }, `groups of >= 2 differing in outcome: ${pct(b.shared_groups_differing_outcome)}`),
+      el("span", { class: "stat" }, `steps with A^S != 0: ${pct(b.rows_nonzero_step_advantage)}, A^E != 0: ${pct(b.rows_nonzero_episode_advantage)}`),
       el("span", { class: "stat" }, `mean |A^S| ${num(b.mean_abs_step_advantage, 3)}, |A^E| ${num(b.mean_abs_episode_advantage, 3)}`),
       el("span", { class: "stat" }, `success ${pct(b.success.all)}`),
       el("span", { class: "stat" }, `groups: ${record.grouping === "estimator" ? "the estimator's" : "equal anchors (the estimator has none)"}`)

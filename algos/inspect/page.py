@@ -80,7 +80,7 @@ def load_run(folder: Path, iteration: int | None = None) -> dict[str, Any]:
 
 
 def run_charts(iterations: list[int], stats: list[dict[str, Any]]) -> list[str]:
-    """The charts over the iterations (SVG text): step groups, outcomes, advantages, success."""
+    """The charts over the iterations (SVG text): step groups, outcomes, advantages, success, revisits."""
 
     def series(key: str) -> list[float | None]:
         return [s.get(key) for s in stats]
@@ -98,8 +98,12 @@ def run_charts(iterations: list[int], stats: list[dict[str, Any]]) -> list[str]:
                    {"share": series("shared_groups_differing_outcome")}, y_min=0.0, y_max=1.0),
         line_chart("Mean |advantage|", iterations, {k: v for k, v in advantages.items() if any(x is not None for x in v)},
                    y_min=0.0),
+        line_chart("Steps with a non-zero advantage", iterations,
+                   {k: v for k, v in {"A^S": series("rows_nonzero_step_advantage"),
+                                      "A^E": series("rows_nonzero_episode_advantage")}.items()
+                    if any(x is not None for x in v)}, y_min=0.0, y_max=1.0),
         line_chart("Success per task type", iterations, success, y_min=0.0, y_max=1.0),
-        line_chart("Steps in a state their episode was in before", iterations, {"share": series("rows_in_loops")},
+        line_chart("Steps in a state their episode was in before", iterations, {"share": series("rows_revisiting")},
                    y_min=0.0, y_max=1.0),
     ]
 

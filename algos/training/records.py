@@ -5,7 +5,8 @@ One gzipped JSON file per iteration, ``records/iter-NNNNNN.json.gz`` in the run 
 
 - ``batch``: statistics of the whole batch (every row, every process): how many rows
   sit in step groups of two or more, the mean step-group size, the share of those
-  groups whose rows differ in outcome, mean |A^E|, |A^S| and |A|, success per task type;
+  groups whose rows differ in outcome, mean |A^E|, |A^S| and |A|, the share of steps
+  taken in a state their own episode was in before, success per task type;
 - ``groups``: the sampled task groups, each with all its episodes, each episode with
   all its steps: the observation and the reply (indices into ``texts``), the parsed
   action and its validity, the env's reward and the trained reward, the anchor key,
@@ -148,11 +149,10 @@ def batch_statistics(updated: Updated, codes: np.ndarray, n_codes: int, row_traj
     sizes = np.bincount(codes, minlength=n_codes)
     shared = sizes >= 2
     differ = group_spread(to_go, codes, n_codes) > 1e-9 if n_codes else np.zeros(0, dtype=bool)
-    looped = np.zeros(0, dtype=bool)
-    if len(batch):  # rows whose step group holds another row of their own trajectory (a loop)
+    revisits = None
+    if len(batch):  # steps in a state their own episode was in before: all but the first of each (group, episode)
         pair = codes.astype(np.int64) * (int(row_traj.max()) + 1) + row_traj
-        _, inverse, counts = np.unique(pair, return_inverse=True, return_counts=True)
-        looped = counts[inverse] >= 2
+        revisits = float(len(batch) - len(np.unique(pair))) / len(batch)
     out: dict[str, Any] = {
         "rows": len(batch),
         "trajectories": int(len(np.unique(batch.traj_ids))),
@@ -161,10 +161,12 @@ def batch_statistics(updated: Updated, codes: np.ndarray, n_codes: int, row_traj
         "step_groups": int(n_codes),
         "step_group_size_mean": _number(sizes.mean()) if n_codes else None,
         "rows_in_shared_groups": _number(_share(shared[codes])),
-        "rows_in_loops": _number(_share(looped)),
+        "rows_revisiting": _number(revisits),
         "shared_groups": int(shared.sum()),
         "shared_groups_differing_outcome": _number(_share(differ[shared])),
         "shared_groups_nonzero_step_advantage": None,
+        "rows_nonzero_episode_advantage": None if parts.episode is None else _number(_share(np.abs(parts.episode) > 1e-9)),
+        "rows_nonzero_step_advantage": None if parts.step is None else _number(_share(np.abs(parts.step) > 1e-9)),
         "mean_abs_advantage": _number(_share(np.abs(parts.advantages))),
         "mean_abs_episode_advantage": None if parts.episode is None else _number(_share(np.abs(parts.episode))),
         "mean_abs_step_advantage": None if parts.step is None else _number(_share(np.abs(parts.step))),

@@ -1,0 +1,84 @@
+"""Step-group statistics of training runs over their iterations (docs/experiments/anchor_statistics.md).
+
+For each run folder: the share of steps in step groups of two or more, the mean
+step-group size, the share of those groups whose steps differ in outcome, mean |A^S|
+and |A^E| and their ratio, the share of steps in a state their episode was in before,
+and the success rate, per iteration and over the run.  A run with records
+(``records/``, see ``gigpo_gym.algos.training.records``) gives them all; an older run
+gives what its ``metrics.jsonl`` logged (the step groups and the revisits, from the
+rollout rows), and null for the rest.
+
+    python benchmarks/anchor_statistics.py runs/demo benchmarks/results/llm_study_runs/webshop/seed0-gigpo \\
+        --out benchmarks/results/anchor_statistics.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from gigpo_gym.algos.training.records import read_record, recorded_iterations
+
+KEYS = ("rows_in_shared_groups", "step_group_size_mean", "shared_groups_differing_outcome",
+        "shared_groups_nonzero_step_advantage", "rows_nonzero_step_advantage", "rows_nonzero_episode_advantage",
+        "mean_abs_step_advantage", "mean_abs_episode_advantage", "step_to_episode", "rows_revisiting", "success")
+
+
+def from_records(folder: Path) -> list[dict]:
+    rows = []
+    for it in recorded_iterations(folder / "records"):
+        b = read_record(folder / "records", it)["batch"]
+        step, episode = b["mean_abs_step_advantage"], b["mean_abs_episode_advantage"]
+        rows.append({"iteration": it, **{k: b.get(k) for k in KEYS if k in b}, "success": b["success"].get("all"),
+                     "step_to_episode": step / episode if step is not None and episode else None})
+    return rows
+
+
+def from_metrics(folder: Path) -> list[dict]:
+    rows = []
+    for line in (folder / "metrics.jsonl").read_text().splitlines():
+        m = json.loads(line)
+        if m.get("iteration", 0) < 1 or "rollout/step_rows_in_shared_groups" not in m:
+            continue
+        rows.append({"iteration": m["iteration"], "rows_in_shared_groups": m["rollout/step_rows_in_shared_groups"],
+                     "step_group_size_mean": m.get("rollout/step_group_size_mean"),
+                     "rows_revisiting": m.get("rollout/revisited_states"), "success": m.get("rollout/success")})
+    return rows
+
+
+def summary(rows: list[dict]) -> dict:
+    out = {"iterations": len(rows)}
+    for key in KEYS:
+        values = [r.get(key) for r in rows if r.get(key) is not None]
+        if values:
+            out[key] = {"mean": float(np.mean(values)), "first": values[0], "last": values[-1],
+                        "min": float(np.min(values)), "max": float(np.max(values))}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders (with records/ or metrics.jsonl)")
+    parser.add_argument("--out", type=Path, help="write every run's rows and summary here (JSON)")
+    args = parser.parse_args()
+    results = {}
+    for folder in args.runs:
+        recorded = bool(recorded_iterations(folder / "records"))
+        rows = from_records(folder) if recorded else from_metrics(folder)
+        results[str(folder)] = {"source": "records" if recorded else "metrics.jsonl", "rows": rows, "summary": summary(rows)}
+        s = results[str(folder)]["summary"]
+        print(f"{folder} ({results[str(folder)]['source']}, {s['iterations']} iterations)")
+        for key in KEYS:
+            if key in s:
+                v = s[key]
+                print(f"  {key:38s} mean {v['mean']:.3f}  first {v['first']:.3f}  last {v['last']:.3f}  "
+                      f"range [{v['min']:.3f}, {v['max']:.3f}]")
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
