@@ -226,7 +226,7 @@ class GiGPOTrainer(GRPOTrainer):
                                  config.record_text_chars) if config.record_groups and self.accelerator.is_main_process \
             else None
         if self.recorder is not None:
-            self.add_callback(_RecordsInStep(self.recorder))
+            self.add_callback(RecordsInStep(self.recorder))
 
     # -- hooks into GRPOTrainer ------------------------------------------------------------
     def _tool_call_loop(self, prompts, prompt_ids, completion_ids, *args, **kwargs):
@@ -372,7 +372,7 @@ class GiGPOTrainer(GRPOTrainer):
 
 
 
-class _RecordsInStep(TrainerCallback):
+class RecordsInStep(TrainerCallback):
     """Keeps ``records/`` in step with the checkpoints: a resumed run drops the records after its checkpoint (it
     records those steps again), and the end of training writes what no checkpoint took."""
 
