@@ -53,8 +53,8 @@ RECORDS_VERSION = 1
 RECORDS_DIR = "records"
 #: The last key of the sample's random stream (``derive_seed(seed, iteration, RECORDS_STREAM)``).
 RECORDS_STREAM = 11
-#: Step-group size buckets of ``batch["size_histogram"]``.
-SIZE_BUCKETS = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 10**9))
+#: Step-group size buckets of ``batch["size_histogram"]``: (label, smallest, largest).
+SIZE_BUCKETS = (("1", 1, 1), ("2", 2, 2), ("3-4", 3, 4), ("5-8", 5, 8), ("9+", 9, 10**9))
 _FILE = re.compile(r"iter-(\d{6})\.json\.gz")
 
 
@@ -125,8 +125,8 @@ def _number(value: float | None, digits: int = 5) -> float | None:
     return None if value is None else round(float(value), digits)
 
 
-def _share(mask: np.ndarray) -> float | None:
-    return float(np.mean(mask)) if mask.size else None
+def _mean(values: np.ndarray) -> float | None:
+    return float(np.mean(values)) if values.size else None
 
 
 def step_groups(batch: StepBatch, parts: AdvantageParts) -> tuple[np.ndarray, int, str]:
@@ -160,24 +160,23 @@ def batch_statistics(updated: Updated, codes: np.ndarray, n_codes: int, row_traj
         "rows_trained": int(np.sum(updated.trained)),
         "step_groups": int(n_codes),
         "step_group_size_mean": _number(sizes.mean()) if n_codes else None,
-        "rows_in_shared_groups": _number(_share(shared[codes])),
+        "rows_in_shared_groups": _number(_mean(shared[codes])),
         "rows_revisiting": _number(revisits),
         "shared_groups": int(shared.sum()),
-        "shared_groups_differing_outcome": _number(_share(differ[shared])),
+        "shared_groups_differing_outcome": _number(_mean(differ[shared])),
         "shared_groups_nonzero_step_advantage": None,
-        "rows_nonzero_episode_advantage": None if parts.episode is None else _number(_share(np.abs(parts.episode) > 1e-9)),
-        "rows_nonzero_step_advantage": None if parts.step is None else _number(_share(np.abs(parts.step) > 1e-9)),
-        "mean_abs_advantage": _number(_share(np.abs(parts.advantages))),
-        "mean_abs_episode_advantage": None if parts.episode is None else _number(_share(np.abs(parts.episode))),
-        "mean_abs_step_advantage": None if parts.step is None else _number(_share(np.abs(parts.step))),
-        "size_histogram": {(str(lo) if lo == hi else f"{lo}+" if hi > 10**8 else f"{lo}-{hi}"):
-                           int(((sizes >= lo) & (sizes <= hi)).sum()) for lo, hi in SIZE_BUCKETS},
+        "rows_nonzero_episode_advantage": None if parts.episode is None else _number(_mean(np.abs(parts.episode) > 1e-9)),
+        "rows_nonzero_step_advantage": None if parts.step is None else _number(_mean(np.abs(parts.step) > 1e-9)),
+        "mean_abs_advantage": _number(_mean(np.abs(parts.advantages))),
+        "mean_abs_episode_advantage": None if parts.episode is None else _number(_mean(np.abs(parts.episode))),
+        "mean_abs_step_advantage": None if parts.step is None else _number(_mean(np.abs(parts.step))),
+        "size_histogram": {label: int(((sizes >= lo) & (sizes <= hi)).sum()) for label, lo, hi in SIZE_BUCKETS},
         "success": {k: _number(v, 4) for k, v in success.items()},
     }
     if parts.step is not None and n_codes:
         moved = np.zeros(n_codes, dtype=bool)
         np.logical_or.at(moved, codes, np.abs(parts.step) > 1e-9)
-        out["shared_groups_nonzero_step_advantage"] = _number(_share(moved[shared]))
+        out["shared_groups_nonzero_step_advantage"] = _number(_mean(moved[shared]))
     return out
 
 
