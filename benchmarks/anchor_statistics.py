@@ -2,11 +2,12 @@
 
 For each run folder: the share of steps in step groups of two or more, the mean
 step-group size, the share of those groups whose steps differ in outcome, mean |A^S|
-and |A^E| and their ratio, the share of steps in a state their episode was in before,
+and |A^E| and their ratio, the share of steps in a state their episode was in before, the
+shares of step groups of size 1, 10-49 and 50 or more (the paper's Figure 5 buckets),
 and the success rate, per iteration and over the run.  A run with records
 (``records/``, see ``gigpo_gym.algos.training.records``) gives them all; an older run
-gives what its ``metrics.jsonl`` logged (the step groups and the revisits, from the
-rollout rows), and null for the rest.
+gives what its ``metrics.jsonl`` logged (the step groups, the singleton groups and
+the revisits, from the rollout rows), and null for the rest.
 
     python benchmarks/anchor_statistics.py runs/demo benchmarks/results/llm_study_runs/webshop/seed0-gigpo \\
         --out benchmarks/results/anchor_statistics.json
@@ -22,9 +23,18 @@ import numpy as np
 
 from gigpo_gym.algos.training.records import read_record, recorded_iterations
 
-KEYS = ("rows_in_shared_groups", "step_group_size_mean", "shared_groups_differing_outcome",
-        "shared_groups_nonzero_step_advantage", "rows_nonzero_step_advantage", "rows_nonzero_episode_advantage",
-        "mean_abs_step_advantage", "mean_abs_episode_advantage", "step_to_episode", "rows_revisiting", "success")
+KEYS = ("rows_in_shared_groups", "step_group_size_mean", "groups_of_size_1", "groups_of_size_10_to_49",
+        "groups_of_size_50_up", "shared_groups_differing_outcome", "shared_groups_nonzero_step_advantage",
+        "rows_nonzero_step_advantage", "rows_nonzero_episode_advantage", "mean_abs_step_advantage",
+        "mean_abs_episode_advantage", "step_to_episode", "rows_revisiting", "success")
+
+
+def size_shares(counts: dict[str, int]) -> dict[str, float]:
+    """Shares of step groups (not of steps) by size, in the paper's buckets (its Figure 5 counts groups)."""
+    total = sum(counts.values())
+    share = lambda lo, hi: sum(v for k, v in counts.items() if lo <= int(k) <= hi) / total  # noqa: E731
+    return {"groups_of_size_1": share(1, 1), "groups_of_size_10_to_49": share(10, 49),
+            "groups_of_size_50_up": share(50, 10**9)}
 
 
 def from_records(folder: Path) -> list[dict]:
@@ -32,7 +42,8 @@ def from_records(folder: Path) -> list[dict]:
     for it in recorded_iterations(folder / "records"):
         b = read_record(folder / "records", it)["batch"]
         step, episode = b["mean_abs_step_advantage"], b["mean_abs_episode_advantage"]
-        rows.append({"iteration": it, **{k: b.get(k) for k in KEYS if k in b}, "success": b["success"].get("all"),
+        rows.append({"iteration": it, **{k: b.get(k) for k in KEYS if k in b}, **size_shares(b["size_counts"]),
+                     "success": b["success"].get("all"),
                      "step_to_episode": step / episode if step is not None and episode else None})
     return rows
 
@@ -43,8 +54,10 @@ def from_metrics(folder: Path) -> list[dict]:
         m = json.loads(line)
         if m.get("iteration", 0) < 1 or "rollout/step_rows_in_shared_groups" not in m:
             continue
+        hist = {k.rsplit("/", 1)[1]: v for k, v in m.items() if k.startswith("rollout/step_group_size_hist/")}
         rows.append({"iteration": m["iteration"], "rows_in_shared_groups": m["rollout/step_rows_in_shared_groups"],
                      "step_group_size_mean": m.get("rollout/step_group_size_mean"),
+                     "groups_of_size_1": hist["1"] / sum(hist.values()) if hist else None,
                      "rows_revisiting": m.get("rollout/revisited_states"), "success": m.get("rollout/success")})
     return rows
 

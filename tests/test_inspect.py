@@ -72,7 +72,7 @@ def test_a_run_records_whole_task_groups_with_their_step_groups_and_advantages(r
                 assert "room" in record["texts"][s["obs"]]
     b = record["batch"]
     assert 0 <= b["rows_in_shared_groups"] <= 1 and b["step_group_size_mean"] >= 1
-    assert sum(b["size_histogram"].values()) == b["step_groups"] and set(b["success"]) >= {"all"}
+    assert sum(b["size_counts"].values()) == b["step_groups"] and sum(int(k) * v for k, v in b["size_counts"].items()) == b["rows"] and set(b["success"]) >= {"all"}
 
 
 def test_the_sample_is_drawn_on_its_own_stream():

@@ -6,7 +6,8 @@ One gzipped JSON file per iteration, ``records/iter-NNNNNN.json.gz`` in the run 
 - ``batch``: statistics of the whole batch (every row, every process): how many rows
   sit in step groups of two or more, the mean step-group size, the share of those
   groups whose rows differ in outcome, mean |A^E|, |A^S| and |A|, the share of steps
-  taken in a state their own episode was in before, success per task type;
+  taken in a state their own episode was in before, the number of step groups of each
+  size (``size_counts``), success per task type;
 - ``groups``: the sampled task groups, each with all its episodes, each episode with
   all its steps: the observation and the reply (indices into ``texts``), the parsed
   action and its validity, the env's reward and the trained reward, the anchor key,
@@ -53,8 +54,6 @@ RECORDS_VERSION = 1
 RECORDS_DIR = "records"
 #: The last key of the sample's random stream (``derive_seed(seed, iteration, RECORDS_STREAM)``).
 RECORDS_STREAM = 11
-#: Step-group size buckets of ``batch["size_histogram"]``: (label, smallest, largest).
-SIZE_BUCKETS = (("1", 1, 1), ("2", 2, 2), ("3-4", 3, 4), ("5-8", 5, 8), ("9+", 9, 10**9))
 _FILE = re.compile(r"iter-(\d{6})\.json\.gz")
 
 
@@ -170,7 +169,7 @@ def batch_statistics(updated: Updated, codes: np.ndarray, n_codes: int, row_traj
         "mean_abs_advantage": _number(_mean(np.abs(parts.advantages))),
         "mean_abs_episode_advantage": None if parts.episode is None else _number(_mean(np.abs(parts.episode))),
         "mean_abs_step_advantage": None if parts.step is None else _number(_mean(np.abs(parts.step))),
-        "size_histogram": {label: int(((sizes >= lo) & (sizes <= hi)).sum()) for label, lo, hi in SIZE_BUCKETS},
+        "size_counts": {str(size): int(count) for size, count in enumerate(np.bincount(sizes)) if count},
         "success": {k: _number(v, 4) for k, v in success.items()},
     }
     if parts.step is not None and n_codes:
