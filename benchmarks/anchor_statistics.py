@@ -4,7 +4,10 @@ For each run folder: the share of steps in step groups of two or more, the mean
 step-group size, the share of those groups whose steps differ in outcome, mean |A^S|
 and |A^E| and their ratio, the share of steps in a state their episode was in before, the
 shares of step groups of size 1, 10-49 and 50 or more (the paper's Figure 5 buckets),
-and the success rate, per iteration and over the run.  A run with records
+and the success rate, per iteration and over the run.  From the recorded task groups
+themselves (a sample): of the step groups whose A^S is not all zero, the share whose
+steps all took the same action (A^S then compares what happened after one action,
+not two actions).  A run with records
 (``records/``, see ``gigpo_gym.algos.training.records``) gives them all; an older run
 gives what its ``metrics.jsonl`` logged (the step groups, the singleton groups and
 the revisits, from the rollout rows), and null for the rest.
@@ -48,6 +51,23 @@ def from_records(folder: Path) -> list[dict]:
     return rows
 
 
+def same_action_share(folder: Path) -> dict | None:
+    """Recorded step groups of two or more with a non-zero A^S, and how many took one action in every step."""
+    with_signal = one_action = 0
+    for it in recorded_iterations(folder / "records"):
+        record = read_record(folder / "records", it)
+        for group in record["groups"]:
+            members: dict[int, list[dict]] = {}
+            for episode in group["episodes"]:
+                for step in episode["steps"]:
+                    members.setdefault(step["g"], []).append(step)
+            for steps in members.values():
+                if len(steps) >= 2 and any(abs(s["adv_s"] or 0.0) > 1e-9 for s in steps):
+                    with_signal += 1
+                    one_action += len({s["action"] if s["action"] is not None else s["reply"] for s in steps}) == 1
+    return {"groups_with_step_advantage": with_signal, "of_them_one_action": one_action} if with_signal else None
+
+
 def from_metrics(folder: Path) -> list[dict]:
     rows = []
     for line in (folder / "metrics.jsonl").read_text().splitlines():
@@ -81,7 +101,8 @@ def main() -> None:
     for folder in args.runs:
         recorded = bool(recorded_iterations(folder / "records"))
         rows = from_records(folder) if recorded else from_metrics(folder)
-        results[str(folder)] = {"source": "records" if recorded else "metrics.jsonl", "rows": rows, "summary": summary(rows)}
+        results[str(folder)] = {"source": "records" if recorded else "metrics.jsonl", "rows": rows, "summary": summary(rows),
+                                "recorded_groups": same_action_share(folder) if recorded else None}
         s = results[str(folder)]["summary"]
         print(f"{folder} ({results[str(folder)]['source']}, {s['iterations']} iterations)")
         for key in KEYS:
@@ -89,6 +110,10 @@ def main() -> None:
                 v = s[key]
                 print(f"  {key:38s} mean {v['mean']:.3f}  first {v['first']:.3f}  last {v['last']:.3f}  "
                       f"range [{v['min']:.3f}, {v['max']:.3f}]")
+        same = results[str(folder)]["recorded_groups"]
+        if same:
+            print(f"  recorded step groups with A^S != 0: {same['groups_with_step_advantage']}, every step the same action: "
+                  f"{same['of_them_one_action']} ({same['of_them_one_action'] / same['groups_with_step_advantage']:.1%})")
     if args.out:
         args.out.write_text(json.dumps(results, indent=1) + "\n")
 
