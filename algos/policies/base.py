@@ -14,13 +14,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence, get_args, runtime_checkable
 
+import numpy as np
+
 from gigpo_gym.core.env import derive_seed
 
 #: Attention kernels a Hugging Face policy loads with (``hf.attention_kernel`` resolves "auto").
 Attention = Literal["auto", "sdpa", "flash_attention_2", "eager"]
 ATTENTION: tuple[str, ...] = get_args(Attention)
-#: What samples a Hugging Face policy's free text: its own decode loop or transformers' continuous batching.
-Decoder = Literal["auto", "loop", "continuous"]
+#: What samples a Hugging Face policy's free text: its own decode loop, the loop over a static KV cache (a CUDA
+#: graph per step on a GPU) or transformers' continuous batching (``policies.decode``).
+Decoder = Literal["auto", "loop", "static", "continuous"]
 DECODERS: tuple[str, ...] = get_args(Decoder)
 
 if TYPE_CHECKING:  # the interface itself needs no torch: reference policies run without it
@@ -141,6 +144,35 @@ class ChoiceBatch(TokenBatch):
     def select(self, index: Sequence[int]) -> "ChoiceBatch":
         return ChoiceBatch([self.prompt_ids[i] for i in index], [self.response_ids[i] for i in index],
                            [self.options[i] for i in index], [self.choices[i] for i in index])
+
+
+@dataclass
+class TokenRows:
+    """Rows of prompt + response ids as one right-padded tensor on the policy's device (``HFPolicy.token_rows``).
+
+    The update builds it once per rollout and cuts each micro-batch out of it on the
+    device (``select``), where a ``TokenBatch`` would be padded on the host every time.
+    The lengths stay on the host, so widths and response positions need no read-back.
+    """
+
+    #: ``[rows, width]`` token ids, each row's prompt then response, then padding.
+    ids: torch.Tensor
+    prompt_lengths: np.ndarray
+    response_lengths: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.prompt_lengths)
+
+    def select(self, index: np.ndarray, on_device: torch.Tensor | None = None) -> "TokenRows":
+        """Rows ``index`` (``on_device``: the same index on the ids' device), cut to the longest of them."""
+        import torch
+
+        index = np.asarray(index, dtype=np.int64)
+        if on_device is None:
+            on_device = torch.from_numpy(index).to(self.ids.device, non_blocking=True)
+        prompt, response = self.prompt_lengths[index], self.response_lengths[index]
+        width = int((prompt + response).max(initial=0))
+        return TokenRows(self.ids.index_select(0, on_device)[:, :width], prompt, response)
 
 
 @dataclass
