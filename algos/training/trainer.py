@@ -120,6 +120,9 @@ class UpdateRows:
     index into these tensors, not lists padded on the host.
     """
 
+    #: The rows the update trains on, as indices into the whole round's rows (every process's).
+    kept: np.ndarray
+
     #: Prompt + response ids (``TokenRows``), or the rows as choices among their options (``ChoiceBatch``).
     tokens: Any
     #: Old log-probs, ``[rows, width]`` (choices: the chosen option's, ``[rows, 1]``).
@@ -550,9 +553,9 @@ class Trainer:
                 local = np.zeros(len(rollout), dtype=np.float64 if name == "advantages" else np.float32)
                 local[whole.local[whole.owner == self.parallel.rank]] = per_row[whole.owner == self.parallel.rank]
                 on_device[name] = torch.from_numpy(local).to(self.device, non_blocking=True)
-        padding_row = whole.local[np.flatnonzero(whole.owner == self.parallel.rank)[:1]]
-        return UpdateRows(tokens, old if old is not None else scored_old, ref, on_device["advantages"],
-                          on_device.get("targets"), padding_row, score_seconds=seconds,
+        own = np.flatnonzero(whole.owner == self.parallel.rank)
+        return UpdateRows(np.flatnonzero(advantages.keep), tokens, old if old is not None else scored_old, ref,
+                          on_device["advantages"], on_device.get("targets"), whole.local[own[:1]], score_seconds=seconds,
                           reference_seconds=seconds * ("reference" in models) / max(len(models), 1))
 
     @torch.no_grad()
@@ -573,9 +576,8 @@ class Trainer:
         elif self.weights.kl_coef and self.reference is not None:
             models["reference"] = (self.reference, contextlib.nullcontext)
         by_choice = isinstance(tokens, ChoiceBatch)
-        widths = {"old": 1 if by_choice else max(int(tokens.response_lengths.max(initial=0)), 1),
-                  "reference": max(map(len, tokens.options)) if by_choice else None}
-        widths["reference"] = widths["reference"] or widths["old"]
+        width = 1 if by_choice else max(int(tokens.response_lengths.max(initial=0)), 1)
+        widths = {"old": width, "reference": max(map(len, tokens.options)) if by_choice else width}
         out = {name: torch.zeros((len(tokens), widths[name]), dtype=torch.float32, device=self.device)
                for name in models}
         lengths = (tokens.prompt_lengths + tokens.response_lengths if not by_choice else
@@ -619,14 +621,12 @@ class Trainer:
         stats: dict[str, list[torch.Tensor]] = {k: [] for k in summed}  # read once, after the loop
         norms: list[float] = []
         rng = np.random.default_rng(derive_seed(self.cfg.seed, iteration, 3))
-        keep = np.flatnonzero(self.advantages.keep)
         total = whole.prompt_lengths + whole.response_lengths
         started, step_seconds = time.perf_counter(), 0.0
         used: list[np.ndarray] = []  # this process's micro-batches (their padding share is logged)
-        padding_row = rows.padding_row
         self.engine.train()
         for _ in range(o.epochs):
-            order = rng.permutation(keep)
+            order = rng.permutation(rows.kept)
             for start in range(0, len(order), o.mini_batch_size):
                 mini = order[start : start + o.mini_batch_size]
                 token_count = float(len(mini) if o.loss_over == "choices" else whole.response_lengths[mini].sum())
@@ -634,7 +634,7 @@ class Trainer:
                 used += mine
                 self.optimizer.zero_grad(set_to_none=True)
                 # local row ids of each micro-batch, then one own row for zero-weight ones: one copy to the device
-                local = [whole.local[b] for b in mine] + [padding_row]
+                local = [whole.local[b] for b in mine] + [rows.padding_row]
                 parts = torch.from_numpy(np.concatenate(local)).to(self.device, non_blocking=True).split(
                     [len(b) for b in local])
                 for call in range(calls):
