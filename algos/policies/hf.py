@@ -714,10 +714,11 @@ def decoder_for(name: str, device: torch.device) -> str:
 
     On an H200, at the 1.5B recipe's 128 rows, a decoding step of the plain loop took
     77 ms, and plain transformers code on the same shapes took 20.6 ms with a growing cache
-    and 12.5 ms with a static cache and a captured step; continuous batching reached 675
-    tokens/s in all (docs/gpu.md).  On a CPU the plain loop drops ended rows from the
-    batch, which a static cache cannot.  ``benchmarks/gpu_check.py`` times the decoders
-    against each other on the recipe's rows.
+    in bf16 and 12.5 ms with a static cache under ``torch.compile`` (its steps as CUDA
+    graphs); continuous batching reached 675 tokens/s in all (docs/gpu.md).  The static
+    decoder here captures its step as a CUDA graph without compiling it; it has not been
+    timed on a GPU yet.  On a CPU the plain loop drops ended rows from the batch, which a
+    static cache cannot.  ``benchmarks/gpu_check.py`` times the decoders against each other.
     """
     if name != "auto":
         return name
