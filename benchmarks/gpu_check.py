@@ -343,9 +343,11 @@ def profile_update(trainer, rollout, iteration: int, groups: int = 2, top: int =
     rollout = first_groups(rollout, groups)
     cuda = trainer.device.type == "cuda"
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
-    calls = {"scoring": 0, "training": 0}  # the policy's passes: without gradients (scoring) and with
-    hook = trainer.policy.register_forward_hook(
+    calls = {"scoring": 0, "training": 0}  # the models' passes: without gradients (scoring) and with
+    models = {id(m): m for m in (trainer.policy, trainer.scorer, trainer.reference) if m is not None}
+    hooks = [m.register_forward_hook(
         lambda *_: calls.__setitem__(k := "training" if torch.is_grad_enabled() else "scoring", calls[k] + 1))
+        for m in models.values()]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if cuda:
@@ -357,7 +359,8 @@ def profile_update(trainer, rollout, iteration: int, groups: int = 2, top: int =
                 sync(trainer.device)
                 wall = time.perf_counter() - t0
         finally:
-            hook.remove()
+            for hook in hooks:
+                hook.remove()
             if cuda:
                 torch.cuda.set_sync_debug_mode(0)
     waits: dict[str, int] = {}

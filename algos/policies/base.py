@@ -282,7 +282,13 @@ class TrainablePolicy(Policy, Protocol):
 
     - ``device``: where its tensors live; ``TokenScores`` come back there.
     - ``log_probs(batch, with_entropy=False)``: differentiable log-probs of each row's
-      response tokens (a ``ChoiceBatch``: of each row's choice among its options).
+      response tokens (a ``ChoiceBatch``: of each row's choice among its options; a
+      ``TokenRows``: the same rows as ids on the device).
+    - ``token_rows(batch)``: a ``TokenBatch`` as ``TokenRows``, built once so the update
+      cuts its micro-batches on the device.
+    - ``rollout_dtype``: the dtype of the weights that sample free text when they are a
+      copy of the trained ones in another dtype, else None (the trainer then recomputes
+      the old log-probs).
     - ``values(batch)``: one differentiable value per row (a policy built with a critic).
     - ``parameters()``, ``train(mode)``: as ``torch.nn.Module``'s; the trainer optimises the
       parameters that require gradients.
@@ -290,9 +296,14 @@ class TrainablePolicy(Policy, Protocol):
     """
 
     device: torch.device
+    rollout_dtype: str | None
 
     def log_probs(self, batch: TokenBatch, *, with_entropy: bool = False) -> TokenScores:
         """Differentiable log-probs of the response tokens only (prompt logits never built)."""
+        ...
+
+    def token_rows(self, batch: TokenBatch) -> TokenRows:
+        """``batch`` as one right-padded id tensor on the device."""
         ...
 
     def values(self, batch: TokenBatch) -> torch.Tensor:

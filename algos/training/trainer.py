@@ -342,7 +342,9 @@ class Trainer:
                        shaping=self.shaping)
 
     def run_iteration(self, iteration: int) -> dict[str, Any]:
-        """One RL iteration: rollout, advantages, update; its record (rollout metrics of every process, the update's)."""
+        """One RL iteration in SB3's phases: collect (``rollout``, ``gather``), then ``update`` (compute the
+        advantages, kept as ``self.advantages``, and train); its record (every process's rollout metrics, the
+        update's)."""
         rollout = self.rollout(iteration)
         whole = self.gather(rollout)
         record: dict[str, Any] = {"iteration": iteration, **rollout_metrics(whole.rollout)}
