@@ -83,8 +83,8 @@ def drop_after(folder: str | Path, last: int) -> None:
 
 @dataclass(frozen=True)
 class Updated:
-    """One update's view of its batch, kept by the trainer for the recorder: the rows (all processes'), the
-    estimator's advantages and parts, and the rows the loss trained on."""
+    """One update's view of its batch, for the recorder: the rows (all processes'), the estimator's advantages
+    and their parts, and the rows the loss trained on (the trainer's ``Advantages``, GiGPOTrainer's batch)."""
 
     batch: StepBatch
     advantages: np.ndarray
