@@ -82,6 +82,16 @@ def test_the_sample_is_drawn_on_its_own_stream():
     assert any(choose_groups(range(16), 2, seed=0, iteration=it) != picked for it in range(4, 9))
 
 
+def test_the_same_record_is_written_as_the_same_bytes(tmp_path):
+    files = []
+    for name in ("a", "b"):
+        recorder = Recorder(tmp_path / name, groups=2, seed=0)
+        recorder.add({"iteration": 3, "groups": [], "texts": ["é"]})
+        files += recorder.flush()
+    assert files[0].read_bytes() == files[1].read_bytes() and read_record(tmp_path / "a", 3)["texts"] == ["é"]
+    assert recorded_iterations(tmp_path / "a") == [3] and not list((tmp_path / "a").glob(".*"))  # no temporary left
+
+
 @pytest.mark.slow
 def test_recording_changes_no_number_and_off_writes_what_a_run_wrote_before(run, tmp_path):
     off = train(tmp_path, "records.groups=0")

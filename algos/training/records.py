@@ -260,8 +260,9 @@ class Recorder:
             self.folder.mkdir(parents=True, exist_ok=True)
         for iteration, record in sorted(self.pending.items()):
             path = record_file(self.folder, iteration)
-            with replacing(path) as tmp:
-                with gzip.GzipFile(tmp, "wb", mtime=0) as f:  # mtime 0: the same record, the same bytes
+            with replacing(path) as tmp, open(tmp, "wb") as raw:
+                # no name and mtime 0 in the gzip header: the same record, the same bytes
+                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
                     f.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
             written.append(path)
         self.pending.clear()
