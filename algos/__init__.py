@@ -17,7 +17,7 @@ above never loads torch.  ``Trainer(load_config("demo.yaml")).train()`` trains;
 """
 
 from gigpo_gym.algos.estimators.batch import StepBatch
-from gigpo_gym.algos.estimators.registry import ENTRY_POINT_GROUP, Algorithm, algorithm_class, available_algorithms, get_algorithm, register_algorithm
+from gigpo_gym.algos.estimators.registry import ENTRY_POINT_GROUP, AdvantageParts, Algorithm, algorithm_class, available_algorithms, get_algorithm, register_algorithm
 from gigpo_gym.core.lazy import lazy_names
 
 #: Names served lazily from the torch side: name -> module.
@@ -40,6 +40,6 @@ __getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "Algorithm", "StepBatch", "algorithm_class", "available_algorithms", "get_algorithm",
+    "ENTRY_POINT_GROUP", "AdvantageParts", "Algorithm", "StepBatch", "algorithm_class", "available_algorithms", "get_algorithm",
     "register_algorithm", *_LAZY,
 ]

@@ -1,6 +1,6 @@
 """The GPU path in one command: the 1.5B recipe's iteration, warm, each phase against its floor on the card.
 
-    python benchmarks/gpu_check.py             # one H100 or H200: at most --budget-s (270 s) of steps
+    python benchmarks/gpu_check.py             # one H100 or H200: at most --budget-s (300 s) of steps
     python benchmarks/gpu_check.py --dry-run   # the same code on a CPU with the tiny model
 
 Needs torch (with CUDA), transformers, accelerate and pytest, and this package with its
@@ -14,33 +14,42 @@ keeps what it had measured):
 1. ``model``: a Qwen2.5-1.5B-shaped model with random weights, written to a temporary
    folder and loaded from there as a local model is (``bench_train_scale.random_weights_model``);
 2. ``iteration-hf``: ``configs/alfworld_qwen2.5_1.5b.yaml`` as it ships (16 groups x 8,
-   history 2, answers up to its 512 tokens, float32 weights under bf16 autocast,
-   checkpointing, micro-batches of 8) with episodes cut to ``--steps`` (3):
+   history 2, answers up to its 512 tokens, float32 weights under bf16 autocast with bf16
+   rollout weights, micro-batches and checkpointing chosen by the card's memory) with
+   episodes cut to ``--steps`` (10):
    - the card's own floors first: a bf16 matmul's FLOP/s and a device copy's bytes/s;
-   - iteration 1, reported apart as the warm-up (CUDA's start, kernel choice, allocator);
-   - iteration 2, warm, phase by phase: generation, env steps, old log-probs, the
-     reference pass, forward and backward, the optimiser step; for each its time,
-     tokens/s, the FLOP or bytes it moves and its floor at the card's rates; the update's
-     padding share and peak memory;
-   - iteration 2's update again under ``torch.profiler`` (its top operators, the device's
+   - a few decoding steps of the configured decoder at the recipe's 128 rows, profiled;
+   - a warm-up iteration of 1-step episodes (CUDA's start, kernel choice, the allocator,
+     the advantage loops' compilation), reported apart;
+   - the warm iteration, phase by phase: generation (each env step's call timed), env
+     steps, old and reference log-probs (one pass), forward and backward, the optimiser
+     step; for each its time, tokens/s, the FLOP or bytes it moves and its floor at the
+     card's rates; the update's padding share and peak memory;
+   - the recipe's 50-step iteration extrapolated from the warm one's per-step costs
+     (``extrapolate`` says how), beside verl-agent's 363 s on 2 H100s, per GPU;
+   - the update of 2 groups under ``torch.profiler`` (its top operators, the device's
      busy share) and CUDA's sync debug mode (where the host waits for the GPU);
-   - the package's decode loop against transformers' continuous batching
-     (``generate_batch``, paged attention) on iteration 2's first-step prompts;
+   - the decoders (loop, static cache, continuous batching) on the first step's prompts;
+   - the update of 2 groups again with one choice changed at a time;
 3. ``iteration-vllm``: the warm-up iteration with ``model.generation: vllm``, where vllm imports;
 4. ``same-seed``: two processes train the recipe with the tiny model and the same seed; their
    ``metrics.jsonl`` must be identical but for the timings;
 5. ``tests-cuda``: the tests that need CUDA (tests/test_vllm_backend.py).
 
-``--dry-run`` runs the same code on a CPU with the tiny model (2 groups x 4, 2-step
-episodes, 8-token answers, one same-seed iteration), collects the tests without running
-them, limits only the whole run's time, and writes into a temporary folder unless
-``--results-dir`` is given.  Writes ``gpu_check.json``, ``gpu_check_profile.json`` and the
-gpu_check section of ``SPEED.md`` in ``--results-dir`` (default: benchmarks/results).
+Answers are cut below 512 tokens only where the decoding pace measured first would not
+let the iterations fit the step's time (the report says so).  ``--dry-run`` runs the same
+code on a CPU with the tiny model (2 groups x 4, 2-step episodes, 8-token answers, one
+same-seed iteration), collects the tests without running them, limits only the whole
+run's time, and writes into a temporary folder unless ``--results-dir`` is given.  Writes
+``gpu_check.json``, ``gpu_check_profile.json`` and the gpu_check section of ``SPEED.md`` in
+``--results-dir`` (default: benchmarks/results).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import importlib.util
 import json
 import os
@@ -58,7 +67,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RECIPE = "alfworld_qwen2.5_1.5b"
 #: Seconds each step may take at most (less when the budget is nearly spent).
-LIMITS = {"model": 90, "iteration-hf": 280, "iteration-vllm": 150, "same-seed": 90, "tests-cuda": 60}
+LIMITS = {"model": 60, "iteration-hf": 240, "iteration-vllm": 150, "same-seed": 90, "tests-cuda": 60}
 CUDA_TESTS = ("tests/test_vllm_backend.py",)
 DISTRIBUTED_TESTS = ("tests/test_distributed.py",)  # gloo on CPUs: CI runs them; the check does not
 #: The tiny model's size in the same-seed runs and the dry run (algos/policies/tiny.py).
@@ -71,7 +80,12 @@ SECTION_START, SECTION_END = "<!-- gpu_check: start -->", "<!-- gpu_check: end -
 #: Bytes per weight one fused AdamW step with clipping moves: it reads the weight, gradient and two moments and
 #: writes the weight and moments (28 B in float32); clipping reads the gradients for their norm, then scales them (12 B).
 OPTIMIZER_BYTES_PER_WEIGHT = 40
-PHASES = ("generation", "env steps", "advantages", "old log-probs", "reference", "forward + backward", "optimiser step")
+PHASES = ("generation", "env steps", "advantages", "old + reference log-probs", "forward + backward", "optimiser step")
+#: The recipe's episode length, which the check's shorter episodes are extrapolated to.
+RECIPE_STEPS = 50
+#: verl-agent's figure for the same setting: the GiGPO paper's time per ALFWorld training iteration.
+VERL_AGENT = {"iteration_s": 363.0, "gpus": 2, "gpu": "H100",
+              "source": "the GiGPO paper (arXiv 2505.10978): ALFWorld, Qwen2.5-1.5B-Instruct, verl-agent with vLLM"}
 
 
 def settings(args: argparse.Namespace) -> dict:
@@ -172,13 +186,13 @@ def phases(record: dict, shape: dict, card: dict, checkpointing: bool, compute_b
                       "work": "CPU: the envs' own steps (no GPU floor)"},
         "advantages": {"seconds": record["advantage_s"], "tokens": None, "floor_s": None,
                        "work": "CPU: the algorithm's advantages over the rows (no GPU floor)"},
-        "old log-probs": {"seconds": record["old_log_probs_s"], "tokens": tokens_fwd if record["old_recomputed"] else 0,
-                          "flop": rows_fwd if record["old_recomputed"] else 0.0,
-                          "floor_s": rows_fwd / peak if record["old_recomputed"] else 0.0,
-                          "work": "one forward" if record["old_recomputed"] else
-                          "none: sampled at temperature 1, the generation's own log-probs are the old ones"},
-        "reference": {"seconds": record["reference_s"], "tokens": tokens_fwd, "flop": rows_fwd, "floor_s": rows_fwd / peak,
-                      "work": "one forward of the frozen reference"},
+        "old + reference log-probs": {
+            "seconds": record["scoring_s"], "tokens": record["scoring_models"] * tokens_fwd,
+            "flop": record["scoring_models"] * rows_fwd, "floor_s": record["scoring_models"] * rows_fwd / peak,
+            "work": " and ".join(filter(None, [
+                "one forward of the trained weights (the rollout's log-probs are not theirs)" if record["old_recomputed"]
+                else "", "one forward of the frozen reference" if record["scoring_models"] > record["old_recomputed"]
+                else ""])) + ", in one pass" if record["scoring_models"] else "none"},
         "forward + backward": {"seconds": record["forward_backward_s"], "tokens": tokens_fwd, "flop": 3 * rows_fwd,
                                "floor_s": 3 * rows_fwd / peak,
                                "work": "forward + backward (2x forward)" + (
@@ -210,34 +224,89 @@ def model_worker(args: argparse.Namespace) -> dict:
 
 
 def timed_iteration(trainer, iteration: int) -> tuple[dict, object]:
-    """One RL iteration through the trainer's own pieces, timed phase by phase; (record, its rollout)."""
+    """One RL iteration through the trainer's own pieces, timed phase by phase (each env step's generation apart);
+    (record, its rollout)."""
     import torch
 
     if trainer.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
+    actor, step_seconds = trainer.actor, []
+
+    def timed_generate(*args, **kwargs):  # its replies are host lists: the GPU is done when it returns
+        t0 = time.perf_counter()
+        out = type(actor).generate(actor, *args, **kwargs)
+        step_seconds.append(time.perf_counter() - t0)
+        return out
+
     t0 = time.perf_counter()
-    rollout = trainer.rollout(iteration)
+    actor.generate = timed_generate
+    try:
+        rollout = trainer.rollout(iteration)
+    finally:
+        del actor.generate
     whole = trainer.gather(rollout)
     t1 = time.perf_counter()
     m = trainer.update(rollout, iteration, whole)
     sync(trainer.device)
     t2 = time.perf_counter()
-    s = trainer.cfg.sampling
+    old = trainer.recomputes_old_log_probs()
+    reference = bool(trainer.weights.kl_coef) and (trainer.reference is not None or trainer.cfg.model.lora is not None)
     record = {
-        "iteration_s": t2 - t0, "generate_s": rollout.generate_seconds, "env_s": rollout.seconds - rollout.generate_seconds,
-        "old_log_probs_s": m["time/score_seconds"] - m["time/reference_seconds"], "reference_s": m["time/reference_seconds"],
+        "iteration_s": t2 - t0, "generate_s": rollout.generate_seconds, "generate_step_s": step_seconds,
+        "env_s": rollout.seconds - rollout.generate_seconds, "scoring_s": m["time/score_seconds"],
+        "scoring_models": int(old) + int(reference), "old_recomputed": old,
         "forward_backward_s": m["time/optimize_seconds"] - m["time/step_seconds"], "optimizer_s": m["time/step_seconds"],
         "advantage_s": m["time/advantage_seconds"],
         "update_s": t2 - t1, "rows": len(rollout), "generated_tokens": rollout.generated_tokens,
         "prompt_tokens": sum(len(p) for p in rollout.prompt_ids), "padding_share": m["train/padding_share"],
         "optimizer_steps": -(-int(m["train/rows_used"]) // trainer.cfg.optim.mini_batch_size) * trainer.cfg.optim.epochs,
-        "old_recomputed": not (s.temperature == 1.0 and s.top_p == 1.0 and trainer.actor is trainer.scorer),
         "peak_memory_mb": peak_memory_mb(trainer.device),
         "prompt_lengths": [len(p) for p in rollout.prompt_ids], "response_lengths": [len(r) for r in rollout.response_ids],
         "step_ids": list(rollout.step_ids),
     }
     record["generated_tokens_per_s"] = record["generated_tokens"] / max(record["generate_s"], 1e-9)
     return record, rollout
+
+
+def extrapolate(record: dict, steps: int = RECIPE_STEPS) -> dict:
+    """The recipe's ``steps``-step iteration from a shorter warm one's per-step costs.
+
+    Random weights never win, so every episode plays to its step limit and each env step
+    has all 128 rows.  With history 2 a prompt stops growing after the second step, so a
+    step past the measured ones costs what the measured steps from the third on cost on
+    average: its generate call, its share of the env time, and the update's time per
+    trained token times that step's tokens (prompt + reply).
+    """
+    generation = record["generate_step_s"]
+    measured = len(generation)
+    later = [s for s in sorted(set(record["step_ids"])) if s >= 2] or sorted(set(record["step_ids"]))
+    tokens = [p + r for p, r in zip(record["prompt_lengths"], record["response_lengths"])]
+    step_tokens = [sum(t for t, s in zip(tokens, record["step_ids"]) if s == k) for k in later]
+    more = steps - measured
+    per_step_generation = sum(generation[k] for k in later if k < measured) / len(later)
+    update = record["update_s"] * (1 + more * (sum(step_tokens) / len(later)) / max(sum(tokens), 1))
+    out = {"steps": steps, "from_steps": measured,
+           "generation_s": sum(generation) + more * per_step_generation,
+           "env_s": record["env_s"] * steps / measured, "update_s": update,
+           "how": f"the {measured} measured steps, plus {more} more steps each costing the mean of the measured steps "
+                  f"from the third on (prompts stop growing there with history 2): their generate call, their share "
+                  f"of the env time, and the update's time per trained token times their tokens"}
+    out["iteration_s"] = out["generation_s"] + out["env_s"] + out["update_s"]
+    return out
+
+
+def beside_verl_agent(extrapolated: dict, gpus: int = 1) -> dict:
+    """The extrapolated iteration beside verl-agent's on the paper's two H100s, in GPU-seconds per iteration."""
+    ours, theirs = extrapolated["iteration_s"] * gpus, VERL_AGENT["iteration_s"] * VERL_AGENT["gpus"]
+    return {"gpu_s": ours, "verl_agent_gpu_s": theirs, "ratio": ours / theirs, "verl_agent": VERL_AGENT,
+            "differences": [
+                "random weights write every answer to its 512 tokens and never end an episode early; a trained "
+                "model's answers end at their action and its episodes at success",
+                "verl-agent generated with vLLM (paged attention, continuous batching, its own kernels); here the "
+                "trained module's weights generate through transformers",
+                f"{gpus} GPU here, {VERL_AGENT['gpus']} {VERL_AGENT['gpu']}s there: the figures are GPU-seconds per "
+                "iteration; decoding is bound by memory bandwidth, which an H200 has more of than an H100",
+            ]}
 
 
 def peak_memory_mb(device) -> float:
@@ -274,6 +343,11 @@ def profile_update(trainer, rollout, iteration: int, groups: int = 2, top: int =
     rollout = first_groups(rollout, groups)
     cuda = trainer.device.type == "cuda"
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    calls = {"scoring": 0, "training": 0}  # the models' passes: without gradients (scoring) and with
+    models = {id(m): m for m in (trainer.policy, trainer.scorer, trainer.reference) if m is not None}
+    hooks = [m.register_forward_hook(
+        lambda *_: calls.__setitem__(k := "training" if torch.is_grad_enabled() else "scoring", calls[k] + 1))
+        for m in models.values()]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if cuda:
@@ -281,10 +355,12 @@ def profile_update(trainer, rollout, iteration: int, groups: int = 2, top: int =
         try:
             with profile(activities=activities) as prof:
                 t0 = time.perf_counter()
-                m = trainer.update(rollout, iteration)
+                trainer.update(rollout, iteration)
                 sync(trainer.device)
                 wall = time.perf_counter() - t0
         finally:
+            for hook in hooks:
+                hook.remove()
             if cuda:
                 torch.cuda.set_sync_debug_mode(0)
     waits: dict[str, int] = {}
@@ -296,47 +372,49 @@ def profile_update(trainer, rollout, iteration: int, groups: int = 2, top: int =
     events = [e for e in prof.key_averages() if getattr(e, key, 0) > 0]
     events.sort(key=lambda e: getattr(e, key), reverse=True)
     busy = sum(getattr(e, key) for e in events) / 1e6
-    micro = -(-int(m["train/rows_used"]) // trainer.cfg.optim.micro_batch_size) * trainer.cfg.optim.epochs
     return {"groups": groups, "rows": len(rollout), "wall_s": wall, "device_busy_s": busy,
-            "busy_share": busy / wall if cuda else None,
-            "sorted_by": key, "micro_batches": micro, "host_waits": sum(waits.values()),
+            "busy_share": busy / wall if cuda else None, "sorted_by": key, "micro_batches": calls["training"],
+            "scoring_passes": calls["scoring"], "host_waits": sum(waits.values()),
             "host_waits_by_line": dict(sorted(waits.items(), key=lambda kv: -kv[1])),
             "top_operators": [{"name": e.key, "calls": e.count, "self_ms": getattr(e, key) / 1e3,
                                "share": getattr(e, key) / 1e6 / busy if busy else None} for e in events[:top]]}
 
 
-def compare_decoders(policy, prompt_ids: list[list[int]], sampling) -> dict:
-    """The package's decode loop and transformers' continuous batching on the same prompts: time and tokens/s.
+DECODERS = ("loop", "static", "continuous")
 
-    Continuous batching runs twice (its first call captures CUDA graphs and sizes its
-    cache); each figure is the decoder's last call.  A decoder that fails is reported with its error.
+
+def compare_decoders(policy, prompt_ids: list[list[int]], sampling) -> dict:
+    """The policy's decoders on the same prompts, each through the policy's own path (its rollout weights): time and
+    tokens/s.
+
+    Each runs twice (a first call captures CUDA graphs, continuous batching sizes its
+    cache); each figure is the decoder's second call.  A decoder that fails is reported with its error.
     """
     import torch
 
-    from gigpo_gym.algos.policies import decode
-
-    gen = torch.Generator(device=policy.device)
-    runs = {"loop": (1, lambda: decode.generate(policy, prompt_ids, sampling, gen.manual_seed(0))),
-            "continuous": (2, lambda: decode.generate_continuous(policy, prompt_ids, sampling))}
     out: dict = {"rows": len(prompt_ids), "prompt_tokens": sum(map(len, prompt_ids)),
                  "max_new_tokens": sampling.max_new_tokens}
+    configured = policy.decoder
     policy.eval()
-    with torch.no_grad(), policy.compute():
-        for name, (calls, work) in runs.items():
+    with torch.no_grad():
+        for name in DECODERS:
+            policy.decoder = name
             try:
                 seconds = []
-                for _ in range(calls):
+                for _ in range(2):
                     sync(policy.device)
                     t0 = time.perf_counter()
-                    replies = work()
+                    replies = policy._generate(prompt_ids, sampling)
                     sync(policy.device)
                     seconds.append(time.perf_counter() - t0)
                 tokens = sum(len(g.response_ids) for g in replies)
                 out[name] = {"seconds": seconds[-1], "first_call_s": seconds[0], "generated_tokens": tokens,
                              "tokens_per_s": tokens / seconds[-1]}
-            except Exception as e:  # reported, not fatal: the other decoder's figure still counts
+            except Exception as e:  # reported, not fatal: the other decoders' figures still count
                 out[name] = {"error": f"{type(e).__name__}: {e}"[:500]}
-    timed = [k for k in ("loop", "continuous") if "tokens_per_s" in out.get(k, {})]
+            finally:
+                policy.decoder = configured
+    timed = [k for k in DECODERS if "tokens_per_s" in out.get(k, {})]
     out["faster"] = max(timed, key=lambda k: out[k]["tokens_per_s"]) if timed else None
     return out
 
@@ -356,19 +434,27 @@ def recipe_prompts(trainer, cfg) -> list[list[int]]:
 
 
 def fitting_answer(decoding: dict, args: argparse.Namespace, deadline: float) -> int:
-    """The longest answer (up to ``--max-new-tokens``) whose decoding takes at most a share of the time left per
-    iteration's generation (an eighth): two iterations, the profile and the decoders' comparison must fit as well."""
+    """The longest answer (up to ``--max-new-tokens``) whose decoding in the warm-up and the warm iteration
+    (``--steps`` + 1 generate calls) takes at most half the time left: the updates, the profile, the decoders'
+    comparison and the variants need the rest."""
     left = deadline - time.monotonic()
-    per_answer_token = args.steps * max(decoding["step_s"], 1e-4)
-    return int(min(args.max_new_tokens, max(16, left / 8 / per_answer_token)))
+    per_answer_token = (args.steps + 1) * max(decoding["step_s"], 1e-4)
+    return int(min(args.max_new_tokens, max(16, left / 2 / per_answer_token)))
 
 
-def update_variants(trainer, rollout, iteration: int, deadline: float, pace: float) -> dict:
-    """The same update again with one setting changed at a time, while time is left: what each choice costs."""
+def update_variants(trainer, rollout, iteration: int, deadline: float, groups: int = 2) -> dict:
+    """The update of ``rollout``'s first ``groups`` groups, as configured and with one choice changed at a time,
+    while time is left: what each choice costs."""
     import torch
 
-    policy = trainer.scorer
-    checkpointing = policy.gradient_checkpointing
+    policy, part = trainer.scorer, first_groups(rollout, groups)
+    checkpointing, budget = policy.gradient_checkpointing, trainer.micro_batch_tokens
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+
+    def set_budget(tokens):
+        trainer.micro_batch_tokens = tokens
+
     variants = {
         "as configured": (lambda: None, lambda: None),
         f"gradient checkpointing {'off' if checkpointing else 'on'}": (
@@ -376,21 +462,23 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, pace: flo
         "non-deterministic kernels": (lambda: torch.use_deterministic_algorithms(False),
                                       lambda: torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)),
     }
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    out = {}
+    if budget:
+        variants[f"micro-batches of {trainer.cfg.optim.micro_batch_size} rows"] = (
+            lambda: set_budget(None), lambda: set_budget(budget))
+    out, pace = {}, None
     for name, (change, undo) in variants.items():
-        if deadline - time.monotonic() < 1.5 * pace + 5:
+        if pace is not None and deadline - time.monotonic() < 1.5 * pace + 5:
             out[name] = "not run: too little time left"
             continue
         change()
         try:
             sync(trainer.device)
             t0 = time.perf_counter()
-            m = trainer.update(rollout, iteration)
+            m = trainer.update(part, iteration)
             sync(trainer.device)
-            out[name] = {"update_s": time.perf_counter() - t0, "forward_backward_s": m["time/optimize_seconds"]
-                         - m["time/step_seconds"], "reference_s": m["time/reference_seconds"],
+            pace = time.perf_counter() - t0
+            out[name] = {"rows": len(part), "update_s": pace, "forward_backward_s": m["time/optimize_seconds"]
+                         - m["time/step_seconds"], "scoring_s": m["time/score_seconds"],
                          "peak_memory_mb": peak_memory_mb(trainer.device)}
         except Exception as e:  # an out-of-memory variant is a finding, not the end of the check
             out[name] = f"{type(e).__name__}: {e}"[:300]
@@ -399,31 +487,29 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, pace: flo
     return out
 
 
-def profile_decoding(policy, prompt_ids: list[list[int]], sampling, steps: int = 12, top: int = 15) -> dict:
-    """A few decoding steps of the package's loop on the recipe's rows, under torch.profiler: the time of one step
-    and where it goes (the first pass warms the kernels up and is not counted)."""
+def profile_decoding(policy, prompt_ids: list[list[int]], sampling, steps: int = 24, top: int = 15) -> dict:
+    """A few decoding steps of the policy's decoder on the recipe's rows, under torch.profiler: the time of one step
+    and where it goes (the first pass warms the kernels up and is not counted; a static-cache pass captures its step
+    anew each time, a cost shared out over the ``steps``)."""
     import dataclasses
 
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from gigpo_gym.algos.policies import decode
-
     short = dataclasses.replace(sampling, max_new_tokens=steps)
     cuda = policy.device.type == "cuda"
-    gen = torch.Generator(device=policy.device)
     policy.eval()
-    with torch.no_grad(), policy.compute():
-        decode.generate(policy, prompt_ids, dataclasses.replace(short, max_new_tokens=2), gen.manual_seed(0))
+    with torch.no_grad():
+        policy._generate(prompt_ids, dataclasses.replace(short, max_new_tokens=3))
         sync(policy.device)
         t0 = time.perf_counter()
-        decode.generate(policy, prompt_ids, dataclasses.replace(short, max_new_tokens=1), gen.manual_seed(0))
+        policy._generate(prompt_ids, dataclasses.replace(short, max_new_tokens=1))
         sync(policy.device)
         prefill = time.perf_counter() - t0
         activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
         with profile(activities=activities) as prof:
             t0 = time.perf_counter()
-            replies = decode.generate(policy, prompt_ids, short, gen.manual_seed(0))
+            replies = policy._generate(prompt_ids, short)
             sync(policy.device)
             wall = time.perf_counter() - t0
     done = max(len(g.response_ids) for g in replies)
@@ -441,8 +527,23 @@ def profile_decoding(policy, prompt_ids: list[list[int]], sampling, steps: int =
                                    for e in by_cpu[:top]]}
 
 
+@contextlib.contextmanager
+def episodes_of(trainer, steps: int):
+    """The trainer's training envs cut to ``steps``-step episodes for a while (the warm-up), then its own again."""
+    cfg = trainer.cfg
+    short = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, kwargs={**cfg.env.kwargs,
+                                                                              "max_episode_steps": steps}))
+    own, trainer.envs = trainer.envs, short.make_envs("train")
+    try:
+        yield
+    finally:
+        trainer.envs.close()
+        trainer.envs = own
+
+
 def iteration_worker(args: argparse.Namespace) -> dict:
-    """The card's floors, a warm-up and a warm iteration, the profile and the decoders; saved after each part.
+    """The card's floors, a warm-up and a warm iteration, the 50-step estimate, the profile, the decoders and the
+    variants; saved after each part.
 
     A part is left out when what is left of ``--worker-budget`` would not hold it at the pace measured so far.
     """
@@ -452,6 +553,7 @@ def iteration_worker(args: argparse.Namespace) -> dict:
     import transformers
 
     from gigpo_gym.algos.cli import resolve_config
+    from gigpo_gym.algos.policies.hf import decoder_for
     from gigpo_gym.algos.training.config import load_config
     from gigpo_gym.algos.training.trainer import Trainer
 
@@ -470,13 +572,16 @@ def iteration_worker(args: argparse.Namespace) -> dict:
         try:
             report["card"] = measure_card(trainer.device)
             t0 = time.perf_counter()
-            trainer.prepare()  # a vLLM engine starts here
+            trainer.prepare()  # a vLLM engine starts here; the memory plan is made here
             report["engine_start_s"] = time.perf_counter() - t0
             trainer.freeze_reference()
             shape = model_shape(trainer.scorer.model)
             report.update(shape=shape, attention=trainer.scorer.model.config._attn_implementation,
                           optimizer_fused=bool(trainer.optimizer.defaults.get("fused")),
-                          tf32=torch.backends.cuda.matmul.allow_tf32, decoder=trainer.scorer.decoder)
+                          tf32=torch.backends.cuda.matmul.allow_tf32,
+                          decoder=decoder_for(trainer.scorer.decoder, trainer.device),
+                          rollout_dtype=trainer.scorer.rollout_dtype, micro_batch_tokens=trainer.micro_batch_tokens,
+                          gradient_checkpointing=trainer.policy.gradient_checkpointing)
             save(f"trainer ready, card {report['card']['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s")
             if args.backend == "hf":
                 prompts = recipe_prompts(trainer, cfg)
@@ -486,39 +591,41 @@ def iteration_worker(args: argparse.Namespace) -> dict:
                     report["left_out"].append(f"answers cut from {cfg.sampling.max_new_tokens} to {answer} tokens: at "
                                               f"{1e3 * report['decoding']['step_s']:.0f} ms a decoding step the iterations "
                                               "would not fit the time left")
-                    cfg.sampling.max_new_tokens = report["max_new_tokens"] = answer
+                    cfg.sampling.max_new_tokens = answer
+                report["max_new_tokens"] = cfg.sampling.max_new_tokens
                 save(f"decoding step {1e3 * report['decoding']['step_s']:.1f} ms at {len(prompts)} "
                      f"rows; answers up to {cfg.sampling.max_new_tokens} tokens")
-            first, rollout = timed_iteration(trainer, 1)
+            with episodes_of(trainer, 1):  # CUDA's start, kernels, graphs, the allocator, compiled advantage loops
+                first, _ = timed_iteration(trainer, 1)
             report["warm_up"] = first
-            save(f"warm-up iteration {first['iteration_s']:.1f} s (generation {first['generate_s']:.1f}, env "
-                 f"{first['env_s']:.1f}, update {first['update_s']:.1f})")
+            save(f"warm-up iteration of 1-step episodes {first['iteration_s']:.1f} s (generation "
+                 f"{first['generate_s']:.1f}, env {first['env_s']:.1f}, update {first['update_s']:.1f})")
             if args.backend != "hf":
                 return report
-            pace, bf16 = first["iteration_s"], cfg.model.compute_dtype in ("bfloat16", "float16") or cfg.model.dtype != "float32"
-            report["phases"] = phases(first, shape, report["card"], cfg.model.gradient_checkpointing, 2 if bf16 else 4)
-            record, iteration = first, 1
-            if deadline - time.monotonic() > 1.5 * first["update_s"]:  # the update is warm from here on
-                report["profile"] = profile_update(trainer, rollout, iteration)
+            bf16 = cfg.model.compute_dtype in ("bfloat16", "float16") or cfg.model.dtype != "float32"
+            record, rollout = timed_iteration(trainer, 2)
+            report["warm"] = record
+            report["phases"] = phases(record, shape, report["card"], trainer.policy.gradient_checkpointing,
+                                      2 if bf16 else 4)
+            report["extrapolated"] = extrapolate(record)
+            report["beside_verl_agent"] = beside_verl_agent(report["extrapolated"])
+            save(f"warm iteration {record['iteration_s']:.1f} s; {RECIPE_STEPS} steps: "
+                 f"{report['extrapolated']['iteration_s']:.0f} s")
+            pace = record["update_s"] * 2 * cfg.env.group_size / max(record["rows"], 1) * len(set(record["step_ids"]))
+            if deadline - time.monotonic() > 3 * pace + 10:  # two groups' update, under the profiler
+                report["profile"] = profile_update(trainer, rollout, 2)
                 save(f"profiled update {report['profile']['wall_s']:.1f} s")
             else:
                 report["left_out"].append("the profiled update: too little time left")
-            if deadline - time.monotonic() > 1.2 * pace:
-                record, rollout = timed_iteration(trainer, 2)
-                report["warm"], iteration = record, 2
-                report["phases"] = phases(record, shape, report["card"], cfg.model.gradient_checkpointing,
-                                          2 if bf16 else 4)
-                save(f"warm iteration {record['iteration_s']:.1f} s")
-            else:
-                report["left_out"].append(f"the warm iteration: {deadline - time.monotonic():.0f} s left, the "
-                                          f"warm-up took {pace:.0f} s (the phases are the warm-up's)")
-            if deadline - time.monotonic() > 3 * record["generate_s"] / max(len(set(record["step_ids"])), 1) + 20:
-                first_step = [p for p, s in zip(rollout.prompt_ids, rollout.step_ids) if s == 0]
-                report["decoders"] = compare_decoders(trainer.scorer, first_step, trainer.sampling(iteration))
+            first_step = [q for q, step in zip(rollout.prompt_ids, rollout.step_ids) if step == 0]
+            comparison = dataclasses.replace(trainer.sampling(2), max_new_tokens=min(64, cfg.sampling.max_new_tokens))
+            step_s = report["decoding"]["step_s"]
+            if deadline - time.monotonic() > 6 * comparison.max_new_tokens * step_s + 30:
+                report["decoders"] = compare_decoders(trainer.scorer, first_step, comparison)
                 save("decoders compared")
             else:
                 report["left_out"].append("the decoders' comparison: too little time left")
-            report["variants"] = update_variants(trainer, rollout, iteration, deadline, record["update_s"])
+            report["variants"] = update_variants(trainer, rollout, 2, deadline)
             save("variants")
         finally:
             trainer.close()
@@ -658,8 +765,7 @@ def _si(value: float | None, unit: str) -> str:
 def phase_rows(phase_table: dict) -> list[str]:
     """The phases as markdown table rows: time, tokens/s, work moved, floor, times the floor."""
     out = []
-    for name in PHASES:
-        p = phase_table[name]
+    for name, p in phase_table.items():
         work = " + ".join(x for x in (_si(p.get("flop"), "FLOP"), _si(p.get("bytes"), "B")) if x) or "-"
         floor = f"{p['floor_s']:.2f} s" if p.get("floor_s") else "-"
         times = f"{p['times_floor']:.1f}x" if p.get("times_floor") else "-"
@@ -669,8 +775,11 @@ def phase_rows(phase_table: dict) -> list[str]:
 
 
 def iteration_line(label: str, r: dict) -> str:
+    # a result of before the one scoring pass timed the old log-probs and the reference apart
+    scoring = r.get("scoring_s", r.get("old_log_probs_s", 0.0) + r.get("reference_s", 0.0))
     return (f"{label}: {r['iteration_s']:.1f} s = generation {r['generate_s']:.1f} + env {r['env_s']:.1f} + update "
-            f"{r['update_s']:.1f} (advantages {r['advantage_s']:.1f}, reference {r['reference_s']:.1f}, forward + backward {r['forward_backward_s']:.1f}, "
+            f"{r['update_s']:.1f} (advantages {r['advantage_s']:.1f}, old + reference log-probs {scoring:.1f}, "
+            f"forward + backward {r['forward_backward_s']:.1f}, "
             f"optimiser {r['optimizer_s']:.2f}); {r['rows']} rows of {r['prompt_tokens'] / max(r['rows'], 1):.0f} "
             f"prompt tokens on average, {r['generated_tokens']:,} generated; padding {100 * r['padding_share']:.1f}% of "
             f"the update's micro-batches; peak memory {r['peak_memory_mb'] / 1024:.1f} GiB")
@@ -691,25 +800,35 @@ def summary_line(name: str, r: dict) -> str:
     return f"{head}: {counts}" + "".join(f"; skipped {skip}" for skip in r.get("skips", []))
 
 
-def render_section(result: dict | None) -> str:
+def _op(name: str, width: int = 60) -> str:
+    """An operator's name for the report: a CUDA kernel's templated name cut to ``width`` characters."""
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def render_section(result: dict | None, profile_file: str = "gpu_check_profile.json") -> str:
     lines = [SECTION_START, "## GPU check (`benchmarks/gpu_check.py`)", ""]
     if result is None:
         lines += ["GPU numbers are pending: no machine with a GPU has run this check yet. On one H100 or H200,",
                   "`python benchmarks/gpu_check.py` runs it (its steps stop within `--budget-s`)",
                   "and writes this section and `benchmarks/results/gpu_check.json`. What it runs: docs/gpu.md."]
         return "\n".join([*lines, SECTION_END])
-    s = result["settings"]
+    s, hf = result["settings"], result["steps"].get("iteration-hf", {})
+    answers = hf.get("max_new_tokens", s["max_new_tokens"])
+    answers = (f"answers up to {answers} tokens" if answers == s["max_new_tokens"] else
+               f"answers cut to {answers} of the recipe's {s['max_new_tokens']} tokens")
     lines += [f"`{result['command']}` on {result['date']}, {result['device']}: `{s['config']}` ({s['groups']} groups x "
-              f"{s['group_size']}, history {s['history_length']}, answers up to {s['max_new_tokens']} tokens) with "
+              f"{s['group_size']}, history {s['history_length']}, {answers}) with "
               f"{s['steps']}-step episodes, random weights"
               f"{' (dry run: the tiny model on a CPU)' if result['dry_run'] else ''}.", ""]
-    hf = result["steps"].get("iteration-hf", {})
     if "card" in hf:
         card = hf["card"]
         lines += [f"The card's measured rates, the floors' denominators: {_si(card['matmul_flops_per_s'], 'FLOP/s')} "
                   f"({card['matmul']} matmul), {_si(card['copy_bytes_per_s'], 'B/s')} (device copy, bytes read + "
                   f"written). Attention `{hf['attention']}`, fused AdamW {hf['optimizer_fused']}, TF32 {hf['tf32']}, "
-                  f"decoder `{hf['decoder']}`.", ""]
+                  f"decoder `{hf['decoder']}`" + "".join(
+                      f", {label} {hf[key]}" for key, label in (
+                          ("rollout_dtype", "rollout weights"), ("micro_batch_tokens", "tokens per micro-batch"),
+                          ("gradient_checkpointing", "gradient checkpointing")) if key in hf) + ".", ""]
     if "phases" in hf:
         which = "warm" if "warm" in hf else "warm-up"
         lines += [f"Iteration {2 if which == 'warm' else 1} ({which}), phase by phase:", "",
@@ -717,27 +836,37 @@ def render_section(result: dict | None) -> str:
                   *phase_rows(hf["phases"]), ""]
     dec = hf.get("decoding")
     if dec:
-        ops = ", ".join(f"`{o['name']}` {o['self_ms']:.0f} ms" for o in dec.get("top_device_operators", [])[:5])
+        ops = ", ".join(f"`{_op(o['name'])}` {o['self_ms']:.0f} ms" for o in dec.get("top_device_operators", [])[:5])
         busy = f", device busy {100 * dec['busy_share']:.0f}%" if dec["busy_share"] is not None else ""
-        host = ", ".join(f"`{o['name']}` {o['self_cpu_ms']:.0f} ms" for o in dec.get("top_host_operators", [])[:3])
+        host = ", ".join(f"`{_op(o['name'])}` {o['self_cpu_ms']:.0f} ms" for o in dec.get("top_host_operators", [])[:3])
         lines.append(f"- Decoding, {dec['rows']} rows: prefill {dec['prefill_s']:.2f} s, then {1e3 * dec['step_s']:.1f} "
                      f"ms a step{busy}" + (f"; top operators over {dec['steps']} steps: {ops}" if ops else "")
                      + (f"; on the host: {host}" if host else ""))
     for key, label in (("warm_up", "Warm-up (iteration 1)"), ("warm", "Warm (iteration 2)")):
         if key in hf:
             lines.append(f"- {iteration_line(label, hf[key])}")
+    more, verl = hf.get("extrapolated"), hf.get("beside_verl_agent")
+    if more:
+        lines.append(f"- The recipe's {more['steps']}-step iteration, extrapolated: {more['iteration_s']:.0f} s = "
+                     f"generation {more['generation_s']:.0f} + env {more['env_s']:.1f} + update {more['update_s']:.0f} "
+                     f"({more['how']})")
+    if verl:
+        lines.append(f"- Beside verl-agent: {verl['gpu_s']:.0f} GPU-seconds an iteration here, "
+                     f"{verl['verl_agent_gpu_s']:.0f} for verl-agent ({verl['verl_agent']['iteration_s']:.0f} s on "
+                     f"{verl['verl_agent']['gpus']} {verl['verl_agent']['gpu']}s, {verl['verl_agent']['source']}): "
+                     f"{verl['ratio']:.2f}x. What differs: " + "; ".join(verl["differences"]))
     prof = hf.get("profile")
     if prof:
-        ops = ", ".join(f"`{o['name']}` {o['self_ms']:.0f} ms" for o in prof.get("top_operators", [])[:6])
+        ops = ", ".join(f"`{_op(o['name'])}` {o['self_ms']:.0f} ms" for o in prof.get("top_operators", [])[:6])
         busy = f", device busy {100 * prof['busy_share']:.0f}% of it" if prof["busy_share"] is not None else ""
         lines.append(f"- Profiled update of {prof['rows']} rows ({prof['groups']} groups): {prof['wall_s']:.1f} s{busy}; "
                      f"{prof['host_waits']} host waits for the GPU over {prof['micro_batches']} micro-batches"
-                     + (f"; top operators: {ops}" if ops else "") + " (all: `gpu_check_profile.json`)")
+                     + (f"; top operators: {ops}" if ops else "") + f" (all: `{profile_file}`)")
     decoders = hf.get("decoders")
     if decoders:
         cells = [f"{k} " + (f"{decoders[k]['tokens_per_s']:,.0f} tok/s ({decoders[k]['seconds']:.1f} s; first call "
                             f"{decoders[k]['first_call_s']:.1f} s)" if "tokens_per_s" in decoders[k] else decoders[k]["error"])
-                 for k in ("loop", "continuous") if k in decoders]
+                 for k in DECODERS if k in decoders]
         lines.append(f"- Decoders on the {decoders['rows']} first-step prompts, up to {decoders['max_new_tokens']} tokens: "
                      + "; ".join(cells))
     variants = hf.get("variants") or {}
@@ -814,9 +943,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dry-run", action="store_true", help="the same steps on a CPU with the tiny model")
-    p.add_argument("--steps", type=int, help="steps per episode (default 3; dry run 2; the recipe's are 50)")
+    p.add_argument("--steps", type=int, help="steps per episode (default 10; dry run 2; the recipe's are 50)")
     p.add_argument("--max-new-tokens", type=int, help="tokens per answer (default: the recipe's 512; dry run 8)")
-    p.add_argument("--budget-s", type=float, default=270.0, help="seconds for all steps together (default 270)")
+    p.add_argument("--budget-s", type=float, default=300.0, help="seconds for all steps together (default 300)")
     optional = [name for name in LIMITS if name != "model"]
     p.add_argument("--skip", nargs="+", default=[], choices=optional, metavar="STEP",
                    help=f"steps not to run: {', '.join(optional)}")
@@ -828,7 +957,7 @@ def main() -> int:
     p.add_argument("--backend", default="hf", help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = p.parse_args()
-    args.steps = args.steps or (2 if args.dry_run else 3)
+    args.steps = args.steps or (2 if args.dry_run else 10)
     args.max_new_tokens = args.max_new_tokens or (8 if args.dry_run else 512)
     if args.worker:
         work = model_worker if args.worker == "model" else iteration_worker

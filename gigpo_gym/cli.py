@@ -13,7 +13,8 @@ from collections.abc import Sequence
 #: What ``gigpo-gym --help`` says first (plain text: argparse shows a docstring's markup as is).
 DESCRIPTION = "gigpo-gym: list the envs, play one by hand, serve the sites, train and evaluate LLM agents."
 #: Modules that add sub-commands through ``add_cli(subparsers)`` (imported only if installed).
-CONTRIBUTORS = ("gigpo_gym.envs.alfworld.cli", "gigpo_gym.algos.cli", "gigpo_gym.algos.show", "gigpo_gym.algos.leaderboard.cli")
+CONTRIBUTORS = ("gigpo_gym.envs.alfworld.cli", "gigpo_gym.algos.cli", "gigpo_gym.algos.show", "gigpo_gym.algos.leaderboard.cli",
+                "gigpo_gym.algos.inspect.cli")
 #: Modules that add a server under ``gigpo-gym serve`` through ``add_serve_cli(subparsers)``.
 SERVERS = ("gigpo_gym.envs.searchqa.cli", "gigpo_gym.envs.webshop.cli", "gigpo_gym.integrations.cli")
 #: Optional modules -> the extra that installs them (a command missing one says which extra to install).

@@ -43,6 +43,11 @@ load_config(None, ["prompt.template=paper"])
 from gigpo_gym.algos.leaderboard.render import render
 import gigpo_gym.algos.leaderboard.policies
 """,
+    "the run inspector": """
+from gigpo_gym.algos.inspect.page import render
+from gigpo_gym.algos.training.records import iteration_record
+render({"kind": "leaderboard", "title": "t", "path": "p", "charts": [], "episodes": []})
+""",
     "served models and the paper's prompts": """
 from gigpo_gym.algos.policies.chat_api import ChatAPIPolicy
 from gigpo_gym.algos.leaderboard.journal import EpisodeJournal
@@ -70,7 +75,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "algos.training": ("core", "envs", "wrappers", "algos.estimators", "algos.policies"),
     "algos.leaderboard": ("core", "envs", "wrappers", "algos.policies", "algos.training"),
     "algos": ("core", "envs", "wrappers", "algos.estimators", "algos.policies", "algos.training", "algos.leaderboard"),  # commands
-    "integrations": ("core", "envs", "wrappers", "algos.estimators", "algos.policies"),  # adapters to other libraries
+    # adapters to other libraries; TRL's GiGPOTrainer writes the training records (``algos.training.records``)
+    "integrations": ("core", "envs", "wrappers", "algos.estimators", "algos.policies", "algos.training"),
     "cli": ("core", "envs", "wrappers", "algos", "integrations"),                    # the gigpo-gym command
 }
 #: Where each installed folder is (``package_dir`` in setup.cfg).

@@ -55,9 +55,9 @@ def test_compiled_equals_numpy(config, anchor_kind, scoped):
 def test_compiled_path_is_taken_and_leaves_odd_batches_to_numpy():
     batch = random_batch(0)
     algo = get_algorithm("gigpo", backend="numba")
-    assert algo._compiled_advantages(batch) is not None
+    assert algo._compiled_parts(batch, with_parts=False) is not None
     gaps = StepBatch(group_ids=[0, 0, 0], traj_ids=[0, 0, 1], step_ids=[0, 5, 0], rewards=[0.0, 1.0, 0.0], anchors=["s1", "s2", "s1"])
-    assert algo._compiled_advantages(gaps) is None
+    assert algo._compiled_parts(gaps, with_parts=False) is None
     np.testing.assert_array_equal(algo.advantages(gaps), get_algorithm("gigpo", backend="numpy").advantages(gaps))
     repeated = StepBatch(group_ids=[0, 0], traj_ids=[0, 0], step_ids=[0, 0], rewards=[0.0, 1.0], anchors=["s1", "s2"])
     with pytest.raises(ValueError, match="two rows with step_id 0"):
@@ -91,7 +91,7 @@ def test_compiled_path_finds_a_repeated_step_in_a_large_batch():
     step_ids[row] = 2  # that trajectory now has two step 2 rows and no step 3
     repeated = StepBatch(group_ids=batch.group_ids, traj_ids=batch.traj_ids, step_ids=step_ids, rewards=batch.rewards, anchors=batch.anchors)
     algo = get_algorithm("gigpo", backend="numba")
-    assert algo._compiled_advantages(repeated) is None
+    assert algo._compiled_parts(repeated, with_parts=False) is None
     with pytest.raises(ValueError, match="two rows with step_id 2"):
         algo.advantages(repeated)
 

@@ -127,6 +127,13 @@ def test_training_logs_once_and_resumes_on_another_process_count(tmp_path, train
     assert [r["iteration"] for r in records] == [0, 1, 2]  # one record per iteration, from rank 0
     assert records[-1]["rollout/rows"] > 0 and "eval/success" in records[-1] and "select/success" in records[-1]
     assert len(list((run / "tensorboard").iterdir())) == 1
+    from gigpo_gym.algos.training.records import read_record, recorded_iterations
+
+    assert recorded_iterations(run / "records") == [1, 2]  # rank 0 records its own task groups, with their texts
+    record = read_record(run / "records", 2)
+    assert record["batch"]["task_groups"] == 3 and record["groups"]
+    assert all(len(g["episodes"]) == 2 and all(record["texts"][s["obs"]] for e in g["episodes"] for s in e["steps"])
+               for g in record["groups"])
     engine = {"fsdp": "fsdp", "zero2": "deepspeed_zero2", "zero3": "deepspeed_zero3"}[trained]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["engine"] == engine

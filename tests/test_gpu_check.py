@@ -35,23 +35,28 @@ def test_the_dry_run_takes_every_step_on_a_cpu(tmp_path):
     assert list(steps) == ["model", "iteration-hf", "iteration-vllm", "same-seed", "tests-cuda"]
     hf = steps["iteration-hf"]
     assert hf["status"] == "passed" and hf["left_out"] == []
-    for key in ("warm_up", "warm"):  # the warm-up reported apart from the warm iteration
+    for key, steps_per_episode in (("warm_up", 1), ("warm", 2)):  # the warm-up's 1-step episodes, apart
         r = hf[key]
-        assert r["rows"] == 2 * 4 * 2  # 2 groups x 4, 2-step episodes: random answers never end one early
-        assert 0 < r["generated_tokens"] <= r["rows"] * 8
-        assert min(r["generate_s"], r["reference_s"], r["forward_backward_s"]) > 0 and r["optimizer_s"] >= 0
+        assert r["rows"] == 2 * 4 * steps_per_episode  # 2 groups x 4: random answers never end an episode early
+        assert len(r["generate_step_s"]) == steps_per_episode and 0 < r["generated_tokens"] <= r["rows"] * 8
+        assert min(r["generate_s"], r["scoring_s"], r["forward_backward_s"]) > 0 and r["optimizer_s"] >= 0
         assert r["iteration_s"] >= r["generate_s"] + r["update_s"] and 0 <= r["padding_share"] < 1
+        assert r["scoring_models"] == 1 and not r["old_recomputed"]  # the reference; temperature 1, no rollout copy
     phases = hf["phases"]
     assert list(phases) == list(gpu_check_module().PHASES)
-    for name in ("generation", "reference", "forward + backward", "optimiser step"):
+    for name in ("generation", "old + reference log-probs", "forward + backward", "optimiser step"):
         assert phases[name]["floor_s"] > 0 and phases[name]["times_floor"] > 0, name
-    assert phases["forward + backward"]["flop"] == pytest.approx(3 * phases["reference"]["flop"])
-    assert phases["old log-probs"]["floor_s"] == 0.0  # temperature 1: the generation's own log-probs
+    assert phases["forward + backward"]["flop"] == pytest.approx(3 * phases["old + reference log-probs"]["flop"])
+    more = hf["extrapolated"]
+    assert more["steps"] == 50 and more["from_steps"] == 2 and more["iteration_s"] > hf["warm"]["iteration_s"]
+    assert hf["beside_verl_agent"]["verl_agent_gpu_s"] == 726 and hf["beside_verl_agent"]["differences"]
+    assert hf["rollout_dtype"] is None and hf["micro_batch_tokens"] is None and hf["decoder"] == "loop"  # a CPU's
     profiles = json.loads((tmp_path / "gpu_check_profile.json").read_text())
     update = profiles["update"]
     assert update["top_operators"] and update["rows"] == 2 * 4 * 2 and update["host_waits"] == 0
-    assert profiles["decoding"]["top_host_operators"] and hf["decoding"]["step_s"] >= 0 and 1 <= hf["decoding"]["steps"] <= 12
-    assert {"loop", "continuous"} <= set(hf["decoders"]) and hf["decoders"]["faster"] in ("loop", "continuous")
+    assert update["micro_batches"] >= 1 and update["scoring_passes"] >= 1
+    assert profiles["decoding"]["top_host_operators"] and hf["decoding"]["step_s"] >= 0 and 1 <= hf["decoding"]["steps"] <= 24
+    assert set(gpu_check_module().DECODERS) <= set(hf["decoders"]) and hf["decoders"]["faster"] in ("loop", "static", "continuous")
     assert all(isinstance(v, dict) for v in hf["variants"].values()), hf["variants"]
     assert steps["same-seed"]["status"] == "passed" and steps["same-seed"]["rows"] == 2  # iterations 0 and 1
     assert steps["tests-cuda"]["collected"] >= 2
@@ -71,17 +76,43 @@ def test_the_floors_count_each_phase_s_work():
              "kv_dim": 200}
     card = {"matmul_flops_per_s": 1e15, "copy_bytes_per_s": 1e12}
     record = {"prompt_lengths": [100, 100], "response_lengths": [10, 0], "step_ids": [0, 0], "generate_s": 1.0,
-              "env_s": 0.1, "advantage_s": 0.0, "old_log_probs_s": 0.0, "old_recomputed": False, "reference_s": 0.5,
+              "env_s": 0.1, "advantage_s": 0.0, "scoring_s": 0.5, "scoring_models": 2, "old_recomputed": True,
               "forward_backward_s": 1.5, "optimizer_s": 0.2, "optimizer_steps": 1}
     p = gpu_check.phases(record, shape, card, checkpointing=True, compute_bytes=2)
     fwd = 2e9 * 110 + 4 * 10 * 1000 * 110 * 111 / 2 + 2 * 1000 * 100_000 * 10  # the row without a reply is not trained
-    assert p["reference"]["flop"] == pytest.approx(fwd) and p["reference"]["floor_s"] == pytest.approx(fwd / 1e15)
+    scoring = p["old + reference log-probs"]  # the trained weights and the reference, one forward each
+    assert scoring["flop"] == pytest.approx(2 * fwd) and scoring["floor_s"] == pytest.approx(2 * fwd / 1e15)
+    assert "trained weights" in scoring["work"] and "reference" in scoring["work"]
     assert p["forward + backward"]["floor_s"] == pytest.approx(3 * fwd / 1e15)
     assert p["optimiser step"]["bytes"] == 40 * 1.2e9 and p["optimiser step"]["times_floor"] == pytest.approx(0.2 / 0.048)
     # ten decoding steps, each reading the 16-bit weights (and a KV cache) once: memory-bound at these sizes
     weights = 2 * (1e9 + 1000 * 100_000)
     assert 10 * weights / 1e12 < p["generation"]["floor_s"] < 10 * weights / 1e12 + 0.01
-    assert p["env steps"]["floor_s"] is None and p["old log-probs"]["tokens_per_s"] is None
+    assert p["env steps"]["floor_s"] is None and p["advantages"]["tokens_per_s"] is None
+
+
+def test_the_recipe_s_iteration_is_extrapolated_from_the_later_steps_costs():
+    gpu_check = load("gpu_check")
+    rows = 4  # per step; prompts grow over the first two steps, then stay
+    record = {"generate_step_s": [1.0, 2.0, 3.0, 3.0], "env_s": 0.4, "update_s": 8.0,
+              "step_ids": [k for k in range(4) for _ in range(rows)],
+              "prompt_lengths": [p for p in (10, 20, 30, 30) for _ in range(rows)], "response_lengths": [10] * 16}
+    more = gpu_check.extrapolate(record, steps=10)
+    assert more["generation_s"] == pytest.approx(9.0 + 6 * 3.0) and more["env_s"] == pytest.approx(1.0)
+    tokens = rows * (20 + 30 + 40 + 40)  # the update's time per token, times 6 more steps of 160 tokens
+    assert more["update_s"] == pytest.approx(8.0 * (tokens + 6 * 160) / tokens)
+    assert more["iteration_s"] == pytest.approx(more["generation_s"] + more["env_s"] + more["update_s"])
+    assert "from the third on" in more["how"]
+    verl = gpu_check.beside_verl_agent({"iteration_s": 363.0})
+    assert verl["ratio"] == pytest.approx(0.5) and any("vLLM" in d for d in verl["differences"])
+
+
+def test_the_committed_starting_point_renders():
+    gpu_check = load("gpu_check")
+    result = json.loads((ROOT / "benchmarks" / "results" / "gpu_check-2026-11-28.json").read_text())
+    section = gpu_check.render_section(result)
+    assert "NVIDIA H200" in section and "| forward + backward | 19.96 s |" in section
+    assert "old + reference log-probs 3.0" in section  # its reference pass, then timed apart
 
 
 def test_without_a_gpu_it_says_so_in_one_line():

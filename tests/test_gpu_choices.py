@@ -132,14 +132,11 @@ def test_a_cpu_trainer_keeps_torch_s_default_adamw(tmp_path):
 
 
 # -- no host wait per micro-batch ---------------------------------------------------------
-def host_reads_in_one_update(tmp_path, micro_batch_size: int, monkeypatch) -> int:
-    """How often the update reads a floating-point tensor back to the host (a GPU would wait for its queue there).
-
-    No reference and old log-probs from the rollout itself (temperature 1), so every
-    micro-batch's work is the loss loop's.
-    """
-    t = trainer(tmp_path / str(micro_batch_size), f"optim.micro_batch_size={micro_batch_size}", "optim.kl_coef=0")
+def host_reads_in_one_update(tmp_path, micro_batch_size: int, monkeypatch, *extra) -> int:
+    """How often the update reads a floating-point tensor back to the host (a GPU would wait for its queue there)."""
+    t = trainer(tmp_path / str(micro_batch_size), f"optim.micro_batch_size={micro_batch_size}", *extra)
     try:
+        t.freeze_reference()
         rollout = collect(t.actor, t.envs, t.sampling(1), seed=derive_seed(0, 1), shaping=t.shaping)
         reads = [0]
 
@@ -161,9 +158,11 @@ def host_reads_in_one_update(tmp_path, micro_batch_size: int, monkeypatch) -> in
         t.close()
 
 
-def test_the_loss_loop_reads_nothing_back_per_micro_batch(tmp_path, monkeypatch):
-    few, rows = host_reads_in_one_update(tmp_path, 8, monkeypatch)
-    many, same_rows = host_reads_in_one_update(tmp_path, 1, monkeypatch)
+@pytest.mark.parametrize("extra", [("optim.kl_coef=0",), ("sampling.temperature=0.7",)],
+                         ids=["loss loop", "with the old and reference scoring pass"])
+def test_the_update_reads_nothing_back_per_micro_batch(tmp_path, monkeypatch, extra):
+    few, rows = host_reads_in_one_update(tmp_path, 8, monkeypatch, *extra)
+    many, same_rows = host_reads_in_one_update(tmp_path, 1, monkeypatch, *extra)
     assert rows == same_rows and rows >= 8  # one micro-batch against eight or more
     assert many == few  # reading the stats once per update, not once per micro-batch
 
@@ -205,7 +204,7 @@ def test_continuous_batching_replies_in_prompt_order_with_log_probs_that_scoring
         assert 1 <= len(g.response_ids) == len(g.log_probs) <= 6
         assert g.finished == (len(g.response_ids) < 6 or g.text.endswith("</action>") or g.response_ids[-1] in policy.eos_ids)
         torch.testing.assert_close(row[: len(g.log_probs)], torch.tensor(g.log_probs), atol=1e-4, rtol=1e-4)
-    with pytest.raises(ValueError, match="decoder must be one of auto, loop, continuous"):
+    with pytest.raises(ValueError, match="decoder must be one of auto, loop, static, continuous"):
         HFPolicy.from_pretrained(tiny_path, device="cpu", decoder="paged")
 
 
@@ -217,3 +216,220 @@ def test_a_reply_ends_at_eos_or_at_the_token_that_completes_a_stop_string(tiny_p
     assert decode._end(policy, tokens, ("</action>",)) == (stop + 1, True)
     assert decode._end(policy, tokens, ()) == (len(tokens), False)
     assert decode._end(policy, [tokens[0], eos, tokens[1]], ()) == (2, True)
+
+
+def test_continuous_batching_is_configured_in_the_installed_transformers_names():
+    from transformers import ContinuousBatchingConfig
+
+    v5_17 = {"self", "block_size", "num_blocks", "max_batch_tokens", "return_logprobs", "seed", "use_cuda_graph"}
+    v5_24 = v5_17 | {"page_size"}  # block_size stays, deprecated
+    sizes = {"page": 256, "blocks": 9, "max_batch_tokens": 512, "seed": 3}
+    assert decode.batching_kwargs(v5_17, **sizes) == {"return_logprobs": True, "block_size": 256, "num_blocks": 9,
+                                                      "max_batch_tokens": 512, "seed": 3}
+    assert decode.batching_kwargs(v5_24, **sizes)["page_size"] == 256 and "block_size" not in decode.batching_kwargs(
+        v5_24, **sizes)
+    assert "seed" not in decode.batching_kwargs(v5_17 - {"seed"}, **sizes)
+    with pytest.raises(RuntimeError, match=r"takes none of \['block_size'\].*use model.decoder: loop or static"):
+        decode.batching_kwargs(v5_17 - {"block_size"}, **sizes)
+    import inspect
+
+    installed = set(inspect.signature(ContinuousBatchingConfig.__init__).parameters)
+    assert ContinuousBatchingConfig(**decode.batching_kwargs(installed, **sizes)).num_blocks == 9
+
+
+# -- the static-cache decoder --------------------------------------------------------------
+PROMPTS = ["You are in room 1.", "The exit is east.", "You are in room 1. The exit is east. go", "Go.", "wait"]
+SAMPLINGS = [SamplingParams(max_new_tokens=10, seed=5), SamplingParams(max_new_tokens=10, temperature=0),
+             SamplingParams(max_new_tokens=12, seed=3, top_p=0.8), SamplingParams(max_new_tokens=8, seed=1, temperature=1.5),
+             SamplingParams(max_new_tokens=10, seed=2, stop=("o", " ")), SamplingParams(max_new_tokens=10, seed=4,
+                                                                                        stop=("e", "a", "t")),
+             SamplingParams(max_new_tokens=10, temperature=0, stop=("o", "t"))]
+
+
+def same_replies(first, second) -> None:
+    """The same tokens, text and ends; log-probs within float32 noise (the kernels see caches of other sizes)."""
+    for a, b in zip(first, second, strict=True):
+        assert (a.response_ids, a.text, a.finished) == (b.response_ids, b.text, b.finished)
+        torch.testing.assert_close(torch.tensor(a.log_probs), torch.tensor(b.log_probs), atol=1e-5, rtol=1e-5)
+
+
+def test_the_static_cache_decoder_gives_the_loop_s_replies_for_a_seed(tiny_path):
+    loop = HFPolicy.from_pretrained(tiny_path, device="cpu", decoder="loop")
+    static = HFPolicy.from_pretrained(tiny_path, device="cpu", decoder="static")
+    ended_early = 0
+    for sampling in SAMPLINGS:
+        replies = loop.generate(PROMPTS, sampling)
+        same_replies(replies, static.generate(PROMPTS, sampling))
+        ended_early += sum(g.finished and len(g.response_ids) < sampling.max_new_tokens for g in replies)
+    assert ended_early >= 5  # rows left both decoders' batches early, on stop strings and eos
+
+
+def test_reading_tokens_every_few_steps_ends_rows_where_every_step_does(tiny_path, monkeypatch):
+    """A GPU reads the tokens every ``STOP_CHECK_EVERY`` steps; a greedy reply does not depend on when."""
+    static = HFPolicy.from_pretrained(tiny_path, device="cpu", decoder="static")
+    greedy = [s for s in SAMPLINGS if s.temperature == 0]
+    every_step = [static.generate(PROMPTS, s) for s in greedy]
+    monkeypatch.setattr(decode, "stop_check_every", lambda device: 4)
+    for s, expected in zip(greedy, every_step):
+        same_replies(expected, static.generate(PROMPTS, s))
+
+
+def test_auto_decodes_with_the_static_cache_on_cuda_and_the_loop_on_a_cpu():
+    from gigpo_gym.algos.policies.hf import decoder_for
+
+    assert decoder_for("auto", CUDA) == "static" and decoder_for("auto", CPU) == "loop"
+    assert decoder_for("continuous", CUDA) == "continuous"
+    assert decode.stop_check_every(CUDA) == decode.STOP_CHECK_EVERY and decode.stop_check_every(CPU) == 1
+    calls = []
+    assert decode.replayed(lambda: calls.append(1), CPU)() is None and calls == [1]  # no graph off a GPU
+
+
+# -- rollout weights in the compute dtype ----------------------------------------------------
+def test_rollout_weights_are_a_copy_in_the_compute_dtype_on_cuda_only():
+    from gigpo_gym.algos.policies.hf import rollout_weights_dtype
+
+    assert rollout_weights_dtype("auto", CUDA, "float32", "bfloat16") == "bfloat16"
+    assert rollout_weights_dtype("auto", CPU, "float32", "bfloat16") is None  # a CPU run samples as it always did
+    assert rollout_weights_dtype("auto", CUDA, "bfloat16", "bfloat16") is None  # the weights are in it already
+    assert rollout_weights_dtype("auto", CUDA, "float32", None) is None
+    assert rollout_weights_dtype("float16", CPU, "float32", None) == "float16" and rollout_weights_dtype(None, CUDA,
+                                                                                                        "float32", "bfloat16") is None
+    with pytest.raises(ValueError, match=r"rollout_dtype must be one of \['auto', 'bfloat16'.*got 'bf16'"):
+        rollout_weights_dtype("bf16", CPU, "float32", None)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_rollout_copy_follows_every_change_of_the_trained_weights(tiny_path, fused):
+    import copy
+
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", rollout_dtype="bfloat16")
+    assert policy.rollout_dtype == "bfloat16"
+    gens = policy.generate(PROMPTS[:2], SamplingParams(max_new_tokens=4, seed=0))
+    copy_ = policy.rollout_model()
+    assert copy_ is not policy.model and {p.dtype for p in copy_.parameters()} == {torch.bfloat16}
+    assert all(len(g.log_probs) == len(g.response_ids) for g in gens)
+    rotary = [b for name, b in copy_.named_buffers() if "inv_freq" in name]
+    assert rotary and all(b.dtype == torch.float32 for b in rotary)  # buffers keep their precision
+    assert not any("rollout" in k for k in policy.state_dict())  # never saved
+    opt = torch.optim.AdamW(policy.parameters(), lr=0.1, fused=fused)
+    policy(TokenBatch([[5, 6, 7]], [[8, 9]])).log_probs.sum().backward()
+    opt.step()
+    assert policy.rollout_model() is copy_  # refreshed in place
+    for trained, rollout in zip(policy.model.parameters(), copy_.parameters()):
+        assert torch.equal(trained.detach().to(torch.bfloat16), rollout)
+    assert copy.deepcopy(policy)._rollout.model is None  # the KL reference carries no copy
+
+
+# -- the update's data path --------------------------------------------------------------------
+def test_rows_cut_on_the_device_score_as_the_same_rows_as_lists(tiny_path):
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu")
+    batch = TokenBatch([[5, 6, 7, 8], [9, 10], [11], [12, 13]], [[14, 15], [16], [17, 18, 19, 20], []])
+    rows = policy.token_rows(batch)
+    for index in ([0, 2], [3, 1], [1]):
+        a = policy(batch.select(index), with_entropy=True)
+        b = policy(rows.select(np.array(index)), with_entropy=True)
+        assert torch.equal(a.log_probs, b.log_probs) and torch.equal(a.entropy, b.entropy)
+        assert torch.equal(a.mask, b.mask)
+
+
+def test_token_micro_batches_hold_each_row_once_within_the_budget():
+    from gigpo_gym.algos.training.compute import token_micro_batches
+
+    lengths = np.random.default_rng(0).integers(40, 900, size=200)
+    rows = np.random.default_rng(1).permutation(200)
+    batches = token_micro_batches(rows, lengths, 4000)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(200))
+    assert all(len(b) * lengths[b].max() <= 4000 for b in batches)
+    assert np.all(np.diff(lengths[np.concatenate(batches)]) >= 0)  # by length
+    assert [b.tolist() for b in token_micro_batches(np.array([0, 1]), np.array([50, 10]), 20)] == [[1], [0]]
+
+
+def test_the_card_s_memory_sets_the_token_budget_and_checkpointing():
+    from gigpo_gym.algos.training.compute import plan_update_memory
+
+    gib = 2**30
+    hidden, layers, longest = 1536, 28, 2048 + 512  # the 1.5B recipe
+    tokens, checkpointing = plan_update_memory(141 * gib, 36 * gib, hidden, layers, longest, None)  # an H200
+    assert not checkpointing and 4 * longest <= tokens <= 0.75 * 105 * gib / (96 * hidden * layers) + 1
+    tokens, checkpointing = plan_update_memory(80 * gib, 36 * gib, hidden, layers, longest, None)  # an H100
+    assert checkpointing and tokens == int(0.75 * 44 * gib) // (24 * hidden * layers)
+    assert plan_update_memory(80 * gib, 36 * gib, hidden, layers, longest, False)[1] is False  # as configured
+    with pytest.raises(ValueError, match="needs 90.0 GiB resident on a card of 80.0 GiB"):
+        plan_update_memory(80 * gib, 90 * gib, hidden, layers, longest, None)
+
+
+def test_auto_keeps_row_micro_batches_and_no_checkpointing_on_a_cpu(tmp_path):
+    t = trainer(tmp_path, "model.gradient_checkpointing=auto")
+    try:
+        t.prepare()
+        assert t.micro_batch_tokens is None and not t.policy.gradient_checkpointing
+    finally:
+        t.close()
+    with pytest.raises(ConfigError, match="micro_batch_tokens must be >= 1, 'auto' or null, got 0"):
+        load_config(None, ["optim.micro_batch_tokens=0"])
+
+
+def one_update(tmp_path, *extra):
+    """The gradients of each optimiser step and the metrics of one update on iteration 1's rollout; the trainer."""
+    t = trainer(tmp_path, "optim.micro_batch_size=2", "optim.mini_batch_size=16", *extra)
+    grads, step = [], t.parallel.step
+
+    def recording(engine, optimizer, params, max_norm):
+        grads.append([q.grad.clone() for q in params])
+        return step(engine, optimizer, params, max_norm)
+
+    try:
+        t.parallel.step = recording
+        t.freeze_reference()
+        rollout = collect(t.actor, t.envs, t.sampling(1), seed=derive_seed(0, 1), shaping=t.shaping)
+        return grads, t.update(rollout, 1), t
+    finally:
+        t.close()
+
+
+def test_token_budget_micro_batches_give_the_row_count_loss_and_gradients(tmp_path):
+    rows_g, rows_m, _ = one_update(tmp_path / "rows")
+    tokens_g, tokens_m, t = one_update(tmp_path / "tokens", "optim.micro_batch_tokens=150")
+    assert t.micro_batch_tokens == 150 and len(rows_g) == len(tokens_g) >= 2
+    for by_rows, by_tokens in zip(rows_g, tokens_g):
+        for a, b in zip(by_rows, by_tokens):
+            torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-4)
+    for key in ("train/pg_loss", "train/kl_ref", "train/entropy", "train/grad_norm", "train/approx_kl_old"):
+        assert tokens_m[key] == pytest.approx(rows_m[key], rel=1e-5, abs=1e-7), key
+    assert tokens_m["train/padding_share"] != rows_m["train/padding_share"]  # the micro-batches were cut otherwise
+
+
+def test_old_and_reference_log_probs_come_from_one_pass(tmp_path):
+    t = trainer(tmp_path, "sampling.temperature=0.7", "optim.micro_batch_size=3")
+    try:
+        t.freeze_reference()
+        rollout = collect(t.actor, t.envs, t.sampling(1), seed=derive_seed(0, 1), shaping=t.shaping)
+        assert t.recomputes_old_log_probs()  # sampled at 0.7: the rollout's log-probs are not the policy's
+        rows = t.policy.token_rows(rollout.tokens)
+        wanted = np.array([0, 2, 3, 5, 6, 7])
+        old, ref, models = t.score_old_and_reference(rows, wanted, True)
+        assert models == ["old", "reference"]
+        with torch.no_grad():
+            for name, policy, scored in (("old", t.policy, old), ("reference", t.reference, ref)):
+                alone = policy.log_probs(rollout.tokens.select(wanted.tolist())).log_probs
+                torch.testing.assert_close(scored[wanted, : alone.shape[1]], alone, atol=1e-6, rtol=1e-5)
+                assert scored[[1, 4]].abs().sum() == 0, name  # rows not asked for stay zero
+    finally:
+        t.close()
+
+
+def test_a_rollout_copy_in_another_dtype_makes_the_trainer_recompute_old_log_probs(tmp_path):
+    t = trainer(tmp_path, "model.rollout_dtype=bfloat16")
+    try:
+        assert t.policy.rollout_dtype == "bfloat16" and t.recomputes_old_log_probs()
+        rollout = collect(t.actor, t.envs, t.sampling(1), seed=derive_seed(0, 1), shaping=t.shaping)
+        m = t.update(rollout, 1)
+        assert m["train/rows_used"] == len(rollout) and np.isfinite(m["train/pg_loss"])
+        assert t.advantages is not None and t.advantages.keep.sum() == len(rollout)
+    finally:
+        t.close()
+    plain = trainer(tmp_path / "plain")
+    try:
+        assert plain.policy.rollout_dtype is None and not plain.recomputes_old_log_probs()  # auto on a CPU: no copy
+    finally:
+        plain.close()

@@ -190,6 +190,29 @@ def config(tmp_path, **kw):
     return GiGPOConfig(**{**base, **kw})
 
 
+def test_records_keep_in_step_with_the_checkpoints(tmp_path):
+    """A resumed run drops the records after its checkpoint (it records those steps again); the end writes the rest."""
+    from types import SimpleNamespace
+
+    from gigpo_gym.algos.training.records import Recorder, recorded_iterations
+    from gigpo_gym.integrations.trl import RecordsInStep
+
+    recorder = Recorder(tmp_path / "records", groups=2, seed=0)
+    for it in (1, 2, 3):
+        recorder.add({"iteration": it})
+    recorder.flush()
+    recorder.add({"iteration": 9})  # held from a train() call that did not end
+    callback = RecordsInStep(recorder)
+    callback.on_train_begin(None, SimpleNamespace(global_step=1), None)
+    assert recorded_iterations(tmp_path / "records") == [1] and not recorder.pending
+    recorder.add({"iteration": 2})
+    callback.on_train_end(None, SimpleNamespace(global_step=2), None)
+    assert recorded_iterations(tmp_path / "records") == [1, 2]
+    assert config(tmp_path, record_groups=0).record_groups == 0
+    with pytest.raises(ValueError, match="record_groups must be >= 0 and record_text_chars >= 1, got -1 and 1000"):
+        config(tmp_path, record_groups=-1)
+
+
 def test_config_errors_name_the_value_and_the_choices(tmp_path):
     with pytest.raises(ValueError, match="unknown algorithm 'gigp'.*Did you mean 'gigpo'"):
         config(tmp_path, estimator="gigp")
@@ -314,6 +337,17 @@ def test_gigpo_trainer_trains_and_logs_step_groups(tiny, tmp_path):
         assert key in logged, sorted(logged)
     assert logged["env/unseen_steps"] == 0
     assert all(s.turn is not None for env in t.environments for s in env.steps)
+    # the records the package's trainer writes, at the end (no checkpoint here), which gigpo-gym inspect reads
+    from gigpo_gym.algos.inspect.page import load
+    from gigpo_gym.algos.training.records import read_record, recorded_iterations
+
+    assert recorded_iterations(tmp_path / "records") == [1, 2]
+    records = [read_record(tmp_path / "records", it) for it in (1, 2)]
+    assert all(r["source"] == "trl" and r["algo"]["name"] == "gigpo" and len(r["groups"]) == 2 for r in records)
+    steps = [(r, s) for r in records for g in r["groups"] for e in g["episodes"] for s in e["steps"]]
+    assert all(s["adv_e"] is not None and s["adv_s"] is not None and s["size"] >= 1 for _, s in steps)
+    assert any(s["action"] is not None for _, s in steps) and all(isinstance(r["texts"][s["reply"]], str) for r, s in steps)
+    assert load(tmp_path)["iterations"] == [1, 2]
 
 
 @pytest.mark.slow

@@ -84,6 +84,8 @@ def test_a_gpu_decodes_a_recipe_s_rollout_in_one_pass_and_a_cpu_in_several():
     sizes = [300 + 192] * len(rows)
     assert len(decode.passes(rows, sizes, decode.pass_budget(torch.device("cuda:0")))) == 1
     assert len(decode.passes(rows, sizes, decode.pass_budget(torch.device("cpu")))) == 4
+    longest = [1536 + 512] * len(rows)  # its 512-token answers after long prompts: still one pass on a GPU
+    assert len(decode.passes(rows, longest, decode.pass_budget(torch.device("cuda:0")))) == 1
 
 
 def test_log_probs_match_full_logits_but_lm_head_sees_only_response_positions(policy):

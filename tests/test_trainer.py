@@ -84,11 +84,20 @@ def test_a_resumed_run_trains_exactly_as_one_uninterrupted_run(tmp_path):
 
     straight, weights = train("straight", 3)
     train("stopped", 2)
+    stale = tmp_path / "stopped" / "run" / "records" / "iter-000003.json.gz"
+    stale.write_bytes(b"from a run killed after writing it")  # the resume plays iteration 3 again and records it anew
     resumed, resumed_weights = train("stopped", 3, resume="latest")
     assert resumed[-1]["iteration"] == 3 and "eval/success" in resumed[-1]
     assert resumed == straight
     for name, p in weights.items():
         assert torch.equal(p, resumed_weights[name]), name
+    from gigpo_gym.algos.training.records import read_record, recorded_iterations
+
+    def records(folder):  # every iteration recorded once, as the uninterrupted run recorded it
+        root = tmp_path / folder / "run" / "records"
+        return [{k: v for k, v in read_record(root, it).items() if k != "seconds"} for it in recorded_iterations(root)]
+
+    assert [r["iteration"] for r in records("stopped")] == [1, 2, 3] and records("stopped") == records("straight")
 
 
 def test_a_kl_reset_anchors_the_kl_to_the_policy_of_its_iteration_and_a_resume_finds_it(tmp_path):

@@ -28,6 +28,7 @@ import threading
 import numpy as np
 
 from gigpo_gym.algos.estimators.batch import StepBatch
+from gigpo_gym.algos.estimators.registry import AdvantageParts
 
 #: numba is installed (imported, and the loops compiled or read from its cache, on first use).
 AVAILABLE = importlib.util.find_spec("numba") is not None
@@ -47,6 +48,23 @@ def gigpo_advantages(
 ) -> np.ndarray | None:
     """``gigpo.gigpo_advantages`` with the exact step groups of uint64 ``keys``, or None (see
     above); ``penalties`` given means ``invalid_penalty="row"``."""
+    parts = gigpo_parts(batch, keys, gamma=gamma, omega=omega, norm_by_std=norm_by_std, episode_stats=episode_stats,
+                        penalties=penalties, with_parts=False)
+    return None if parts is None else parts.advantages
+
+
+def gigpo_parts(
+    batch: StepBatch,
+    keys: np.ndarray,
+    *,
+    gamma: float,
+    omega: float,
+    norm_by_std: bool,
+    episode_stats: str,
+    penalties: np.ndarray | None,
+    with_parts: bool = True,
+) -> AdvantageParts | None:
+    """``gigpo.gigpo_parts`` (``with_parts=False``: the advantages alone), or None (see above)."""
     if not 0 < len(batch) < 2**31:  # the loops number rows in int32
         return None
     from numba import get_num_threads
@@ -56,11 +74,19 @@ def gigpo_advantages(
     torch = sys.modules.get("torch")  # imported by whoever trains; never imported here
     torch_threads = torch.get_num_threads() if torch is not None else None
     with _ONE_CALLER:
-        out, ok = gigpo_rows(
+        out, episode, step, returns, codes, ok = gigpo_rows(
             batch.traj_ids, batch.group_ids, batch.step_ids, batch.rewards,
             np.zeros(0) if penalties is None else penalties, keys.view(np.int64),
             float(gamma), float(omega), bool(norm_by_std), episode_stats == "step", penalties is not None, get_num_threads(),
+            bool(with_parts),
         )  # fmt: skip
         if torch_threads is not None and torch.get_num_threads() != torch_threads:
             torch.set_num_threads(torch_threads)
-    return out if ok else None
+    if not ok:
+        return None
+    if not with_parts:
+        return AdvantageParts(out)
+    used = np.zeros(len(batch), dtype=bool)  # the loops' codes are unique across task groups, < rows: make them dense
+    used[codes] = True
+    dense = np.cumsum(used) - 1
+    return AdvantageParts(out, episode, step, returns, dense[codes], int(used.sum()))

@@ -26,7 +26,7 @@ from gigpo_gym.algos.estimators import compiled
 from gigpo_gym.algos.estimators.batch import StepBatch, hex_digest_codes
 from gigpo_gym.algos.estimators.group_relative import episode_row_advantages, row_penalties
 from gigpo_gym.algos.estimators.kernels import Trajectories, factorize, factorize_uint64, group_normalize, reverse_scan, trajectories
-from gigpo_gym.algos.estimators.registry import Algorithm, register_algorithm
+from gigpo_gym.algos.estimators.registry import AdvantageParts, Algorithm, register_algorithm
 
 SIMILARITY_METRICS: dict[str, Callable[[str, str], float]] = {
     # 2 * LCS / (|a| + |b|) (= rapidfuzz fuzz.ratio / 100), in C.
@@ -109,16 +109,34 @@ def gigpo_advantages(
     invalid_penalty: str = "reward",
 ) -> np.ndarray:
     """A = A^E + omega * A^S for every row (see the module docstring for the terms)."""
-    episode = episode_row_advantages(batch, traj, norm_by_std, episode_stats, invalid_penalty)
     if omega == 0.0:
-        return episode
+        return episode_row_advantages(batch, traj, norm_by_std, episode_stats, invalid_penalty)
+    return gigpo_parts(batch, traj, step_groups, n_step_groups, gamma=gamma, omega=omega, norm_by_std=norm_by_std,
+                       episode_stats=episode_stats, invalid_penalty=invalid_penalty).advantages
+
+
+def gigpo_parts(
+    batch: StepBatch,
+    traj: Trajectories,
+    step_groups: np.ndarray,
+    n_step_groups: int,
+    *,
+    gamma: float = 0.95,
+    omega: float = 1.0,
+    norm_by_std: bool = True,
+    episode_stats: str = "trajectory",
+    invalid_penalty: str = "reward",
+) -> AdvantageParts:
+    """``gigpo_advantages`` with its parts: A^E, A^S (computed at omega 0 too), R_t and the step groups."""
+    episode = episode_row_advantages(batch, traj, norm_by_std, episode_stats, invalid_penalty)
     if invalid_penalty == "row":
         penalties = row_penalties(batch)
         step_returns = reverse_scan(batch.rewards + penalties, traj, gamma) - penalties
     else:
         step_returns = reverse_scan(batch.rewards, traj, gamma)
     step = group_normalize(step_returns, step_groups, n_step_groups, norm_by_std)
-    return episode + omega * step
+    return AdvantageParts(episode if omega == 0.0 else episode + omega * step, episode, step, step_returns,
+                          step_groups, n_step_groups)
 
 
 @register_algorithm("gigpo")
@@ -166,37 +184,48 @@ class GiGPO(Algorithm):
         return exact_step_groups(batch, traj)
 
     def advantages(self, batch: StepBatch) -> np.ndarray:
-        fast = self._compiled_advantages(batch) if self._use_compiled() else None
+        return self._estimate(batch, with_parts=False).advantages
+
+    def advantage_parts(self, batch: StepBatch) -> AdvantageParts:
+        """The advantages with A^E, A^S, R_t and the step groups, each built once."""
+        return self._estimate(batch, with_parts=True)
+
+    def _estimate(self, batch: StepBatch, with_parts: bool) -> AdvantageParts:
+        fast = self._compiled_parts(batch, with_parts) if self._use_compiled() else None
         if fast is not None:
             return fast
         traj = trajectories(batch)
-        codes, n_codes = self.step_groups(batch, traj) if self.omega else (None, 0)
-        return gigpo_advantages(
-            batch, traj, codes, n_codes,
-            gamma=self.gamma, omega=self.omega, norm_by_std=self.norm_by_std,
-            episode_stats=self.episode_stats, invalid_penalty=self.invalid_penalty,
-        )  # fmt: skip
+        codes, n_codes = self.step_groups(batch, traj) if self.omega or with_parts else (None, 0)
+        settings = dict(gamma=self.gamma, omega=self.omega, norm_by_std=self.norm_by_std,
+                        episode_stats=self.episode_stats, invalid_penalty=self.invalid_penalty)
+        if with_parts:
+            return gigpo_parts(batch, traj, codes, n_codes, **settings)
+        return AdvantageParts(gigpo_advantages(batch, traj, codes, n_codes, **settings))
 
     def _use_compiled(self) -> bool:
         return self.backend != "numpy" and self.grouping == "exact" and compiled.AVAILABLE
 
-    def _compiled_advantages(self, batch: StepBatch) -> np.ndarray | None:
-        """``gigpo_advantages`` through ``compiled`` (equal to rounding), or None to use numpy."""
+    def _compiled_parts(self, batch: StepBatch, with_parts: bool) -> AdvantageParts | None:
+        """``_estimate`` through ``compiled`` (equal to rounding), or None to use numpy."""
         keys = anchor_keys(batch)
         if keys is None:
             keys = factorize(batch.arrow("anchors"))[0].astype(np.uint64)
-        return compiled.gigpo_advantages(
+        return compiled.gigpo_parts(
             batch, keys, gamma=self.gamma, omega=self.omega, norm_by_std=self.norm_by_std,
             episode_stats=self.episode_stats,
-            penalties=row_penalties(batch) if self.invalid_penalty == "row" else None,
+            penalties=row_penalties(batch) if self.invalid_penalty == "row" else None, with_parts=with_parts,
         )  # fmt: skip
 
-    def diagnostics(self, batch: StepBatch) -> dict[str, float]:
-        """Adds the step-group size distribution (the paper's Fig. 4 statistic)."""
-        out = super().diagnostics(batch)
+    def diagnostics(self, batch: StepBatch, parts: AdvantageParts | None = None) -> dict[str, float]:
+        """Adds the step-group size distribution (the paper's Fig. 4 statistic), from ``parts``' step groups
+        when given (else they are built here)."""
+        out = super().diagnostics(batch, parts)
         if len(batch) == 0:
             return out
-        codes, n_codes = self.step_groups(batch)
+        if parts is not None and parts.step_groups is not None:
+            codes, n_codes = parts.step_groups, parts.n_step_groups
+        else:
+            codes, n_codes = self.step_groups(batch)
         sizes = np.bincount(codes, minlength=n_codes)
         out.update({
             "adv/step_groups": float(n_codes),

@@ -14,7 +14,7 @@ import numpy as np
 
 from gigpo_gym.algos.estimators.batch import StepBatch
 from gigpo_gym.algos.estimators.kernels import Trajectories, group_normalize, group_spread, trajectories
-from gigpo_gym.algos.estimators.registry import Algorithm, register_algorithm
+from gigpo_gym.algos.estimators.registry import AdvantageParts, Algorithm, register_algorithm
 
 
 def episode_advantages(traj: Trajectories, norm_by_std: bool, per_step: bool = False) -> np.ndarray:
@@ -121,6 +121,11 @@ class GRPO(Algorithm):
     def advantages(self, batch: StepBatch) -> np.ndarray:
         return grpo_advantages(batch, self.norm_by_std, self.episode_stats, self.invalid_penalty)
 
+    def advantage_parts(self, batch: StepBatch) -> AdvantageParts:
+        """Episode level only: the advantages are the A^E part."""
+        advantages = self.advantages(batch)
+        return AdvantageParts(advantages, episode=advantages)
+
 
 @register_algorithm("dapo")
 @dataclass
@@ -145,3 +150,8 @@ class RLOO(Algorithm):
 
     def advantages(self, batch: StepBatch) -> np.ndarray:
         return rloo_advantages(batch)
+
+    def advantage_parts(self, batch: StepBatch) -> AdvantageParts:
+        """Episode level only: the advantages are the A^E part (against the leave-one-out baseline)."""
+        advantages = self.advantages(batch)
+        return AdvantageParts(advantages, episode=advantages)

@@ -120,12 +120,22 @@ def _normalize(values, codes, m, k, weights, weighted, norm_by_std, count, refer
 
 
 @njit(cache=True, nogil=True)
-def gigpo_rows(traj_ids, group_ids, step_ids, rewards, penalties, keys, gamma, omega, norm_by_std, step_stats, row_penalty, threads):
+def gigpo_rows(traj_ids, group_ids, step_ids, rewards, penalties, keys, gamma, omega, norm_by_std, step_stats, row_penalty, threads,
+               parts):
     """A = A^E + omega * A^S per row, and False when the batch needs the reference's checks
     (steps not 0..L-1 in a trajectory, or a trajectory in two task groups).  ``threads``:
-    numba's thread count (the task groups are cut into 4 chunks per thread)."""
+    numba's thread count (the task groups are cut into 4 chunks per thread).
+
+    With ``parts`` also each row's A^E, A^S, R_t and step-group code (unique across task
+    groups, not dense; A^S even at omega 0); without, those arrays are empty.
+    Returns (A, A^E, A^S, R_t, codes, ok)."""
     n = traj_ids.shape[0]
     out = np.empty(n, dtype=np.float64)
+    kept = n if parts else 0
+    episode_out = np.empty(kept, dtype=np.float64)
+    step_out = np.empty(kept, dtype=np.float64)
+    returns_out = np.empty(kept, dtype=np.float64)
+    codes_out = np.empty(kept, dtype=np.int64)
 
     # Trajectories: code per row, their task group, length, return (summed in row order).
     row_traj, n_traj = _first_appearance_codes(traj_ids)
@@ -138,7 +148,7 @@ def gigpo_rows(traj_ids, group_ids, step_ids, rewards, penalties, keys, gamma, o
         if lengths[t] == 0:
             group_of[t] = group_ids[i]
         elif group_of[t] != group_ids[i]:
-            return out, False
+            return out, episode_out, step_out, returns_out, codes_out, False
         lengths[t] += 1
         returns[t] += rewards[i]
         if row_penalty:
@@ -169,12 +179,12 @@ def gigpo_rows(traj_ids, group_ids, step_ids, rewards, penalties, keys, gamma, o
     laid_penalties = np.empty(n if row_penalty else 0, dtype=np.float64)
     source = np.full(n, -1, dtype=np.int32)
     if not _place_rows(step_ids, row_traj, lengths, traj_first, keys, rewards, penalties, row_penalty, laid, laid_penalties, source):
-        return out, False
+        return out, episode_out, step_out, returns_out, codes_out, False
     _group_advantages(
         group_trajs, group_rows, traj_order, traj_first, lengths, returns, penalty_sums, laid, laid_penalties, source,
-        gamma, omega, norm_by_std, step_stats, row_penalty, threads, out,
+        gamma, omega, norm_by_std, step_stats, row_penalty, threads, out, parts, episode_out, step_out, returns_out, codes_out,
     )  # fmt: skip
-    return out, True
+    return out, episode_out, step_out, returns_out, codes_out, True
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -206,9 +216,10 @@ def _place_rows(step_ids, row_traj, lengths, traj_first, keys, rewards, penaltie
 @njit(cache=True, nogil=True, parallel=True)
 def _group_advantages(
     group_trajs, group_rows, traj_order, traj_first, lengths, returns, penalty_sums, laid, laid_penalties, source,
-    gamma, omega, norm_by_std, step_stats, row_penalty, threads, out,
+    gamma, omega, norm_by_std, step_stats, row_penalty, threads, out, parts, episode_out, step_out, returns_out, codes_out,
 ):  # fmt: skip
-    """``out[row]`` for the rows of every task group, the groups shared among the threads."""
+    """``out[row]`` (and with ``parts`` the parts' arrays) for the rows of every task group, the groups shared
+    among the threads."""
     laid_float = laid.view(np.float64)
     n_groups = group_rows.shape[0] - 1
     longest = 1
@@ -250,7 +261,7 @@ def _group_advantages(
                         values[k] = (returns[t] + penalty_sums[t]) - laid_penalties[begin + k]
                         weights[k] = 1.0 if k == traj_first[t] - begin else 0.0
                 _normalize(values, zeros, m, 1, weights, not step_stats, norm_by_std, count, reference, sums, episode)
-            if omega == 0.0:
+            if omega == 0.0 and not parts:
                 for k in range(m):
                     out[source[begin + k]] = episode[k]
                 continue
@@ -277,4 +288,10 @@ def _group_advantages(
                 codes[k] = table[slot, 1]
             _normalize(values, codes, m, n_steps, weights, False, norm_by_std, count, reference, sums, step)
             for k in range(m):
-                out[source[begin + k]] = episode[k] + omega * step[k]
+                row = source[begin + k]
+                out[row] = episode[k] if omega == 0.0 else episode[k] + omega * step[k]
+                if parts:
+                    episode_out[row] = episode[k]
+                    step_out[row] = step[k]
+                    returns_out[row] = values[k]
+                    codes_out[row] = begin + codes[k]

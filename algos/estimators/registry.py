@@ -2,8 +2,10 @@
 
 An algorithm is a dataclass config plus ``advantages(batch)``; the shared trainer
 reads its loss knobs (``clip_low``, ``clip_high``, ``needs_critic``) and its
-``row_mask``.  Built-ins register themselves; third-party packages declare an entry
-point in the group ``gigpo_gym.algos``::
+``row_mask``, and asks ``advantage_parts(batch)`` for the advantages together with
+the parts they were made of (``AdvantageParts``), computed once.  Built-ins
+register themselves; third-party packages declare an entry point in the group
+``gigpo_gym.algos``::
 
     [options.entry_points]
     gigpo_gym.algos =
@@ -33,13 +35,38 @@ ENTRY_POINT_GROUP = "gigpo_gym.algos"
 _REGISTRY: dict[str, type[Algorithm]] = {}
 
 
+@dataclass(frozen=True)
+class AdvantageParts:
+    """An estimator's advantage of every row and, where it has them, the parts it combined.
+
+    ``advantages`` is exactly what ``Algorithm.advantages`` returns.  The others are None
+    where the estimator has no such part (GRPO has no step level; PPO neither level):
+
+    - ``episode``: the episode-level advantage A^E of the row's trajectory;
+    - ``step``: the step-level advantage A^S (GiGPO: unweighted, so A = A^E + omega * A^S);
+    - ``step_returns``: the discounted return R_t that the step groups compare;
+    - ``step_groups``: the step group of every row, codes 0..``n_step_groups``-1 (rows of
+      one task group sharing an anchor, or a similar text).
+
+    All arrays have one entry per row of the batch, in its row order.
+    """
+
+    advantages: np.ndarray
+    episode: np.ndarray | None = None
+    step: np.ndarray | None = None
+    step_returns: np.ndarray | None = None
+    step_groups: np.ndarray | None = None
+    n_step_groups: int = 0
+
+
 @dataclass
 class Algorithm:
     """Base of every advantage estimator; subclasses are dataclasses of their config.
 
-    Subclasses implement ``advantages``; they may override ``row_mask`` (rows to train
-    on), ``value_targets`` (critic targets, with ``needs_critic = True``),
-    ``diagnostics`` and ``validate`` (cross-field rules, called after the type checks).
+    Subclasses implement ``advantages``; they may override ``advantage_parts`` (the
+    advantages with their parts, computed once), ``row_mask`` (rows to train on),
+    ``value_targets`` (critic targets, with ``needs_critic = True``), ``diagnostics``
+    and ``validate`` (cross-field rules, called after the type checks).
     """
 
     name: ClassVar[str] = ""
@@ -81,6 +108,14 @@ class Algorithm:
         """One float64 advantage per row of ``batch``, in the batch's row order."""
         raise NotImplementedError
 
+    def advantage_parts(self, batch: StepBatch) -> AdvantageParts:
+        """``advantages(batch)`` with the parts it was made of (what the trainer calls; see ``AdvantageParts``).
+
+        This default knows no parts; an estimator that combines levels overrides it and
+        builds each part once (GiGPO: its step groups serve ``diagnostics`` too).
+        """
+        return AdvantageParts(np.asarray(self.advantages(batch), dtype=np.float64))
+
     def row_mask(self, batch: StepBatch) -> np.ndarray:
         """Rows to train on (bool per row); all of them unless the algorithm filters."""
         return np.ones(len(batch), dtype=bool)
@@ -89,8 +124,12 @@ class Algorithm:
         """Critic regression targets per row, for algorithms that need a critic."""
         return None
 
-    def diagnostics(self, batch: StepBatch) -> dict[str, float]:
-        """Advantage-side metrics to log (share of groups whose returns are all equal)."""
+    def diagnostics(self, batch: StepBatch, parts: AdvantageParts | None = None) -> dict[str, float]:
+        """Advantage-side metrics to log (share of groups whose returns are all equal).
+
+        ``parts``: ``advantage_parts(batch)``, when the caller has it, so that nothing it
+        holds is computed again.
+        """
         from gigpo_gym.algos.estimators.kernels import group_spread, trajectories
 
         traj = trajectories(batch, ordered=False)

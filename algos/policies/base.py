@@ -14,13 +14,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence, get_args, runtime_checkable
 
+import numpy as np
+
 from gigpo_gym.core.env import derive_seed
 
 #: Attention kernels a Hugging Face policy loads with (``hf.attention_kernel`` resolves "auto").
 Attention = Literal["auto", "sdpa", "flash_attention_2", "eager"]
 ATTENTION: tuple[str, ...] = get_args(Attention)
-#: What samples a Hugging Face policy's free text: its own decode loop or transformers' continuous batching.
-Decoder = Literal["auto", "loop", "continuous"]
+#: What samples a Hugging Face policy's free text: its own decode loop, the loop over a static KV cache (a CUDA
+#: graph per step on a GPU) or transformers' continuous batching (``policies.decode``).
+Decoder = Literal["auto", "loop", "static", "continuous"]
 DECODERS: tuple[str, ...] = get_args(Decoder)
 
 if TYPE_CHECKING:  # the interface itself needs no torch: reference policies run without it
@@ -144,6 +147,35 @@ class ChoiceBatch(TokenBatch):
 
 
 @dataclass
+class TokenRows:
+    """Rows of prompt + response ids as one right-padded tensor on the policy's device (``HFPolicy.token_rows``).
+
+    The update builds it once per rollout and cuts each micro-batch out of it on the
+    device (``select``), where a ``TokenBatch`` would be padded on the host every time.
+    The lengths stay on the host, so widths and response positions need no read-back.
+    """
+
+    #: ``[rows, width]`` token ids, each row's prompt then response, then padding.
+    ids: torch.Tensor
+    prompt_lengths: np.ndarray
+    response_lengths: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.prompt_lengths)
+
+    def select(self, index: np.ndarray, on_device: torch.Tensor | None = None) -> "TokenRows":
+        """Rows ``index`` (``on_device``: the same index on the ids' device), cut to the longest of them."""
+        import torch
+
+        index = np.asarray(index, dtype=np.int64)
+        if on_device is None:
+            on_device = torch.from_numpy(index).to(self.ids.device, non_blocking=True)
+        prompt, response = self.prompt_lengths[index], self.response_lengths[index]
+        width = int((prompt + response).max(initial=0))
+        return TokenRows(self.ids.index_select(0, on_device)[:, :width], prompt, response)
+
+
+@dataclass
 class TokenScores:
     """Per-token outputs of ``log_probs``: right-padded ``[rows, max_response_len]``."""
 
@@ -250,7 +282,13 @@ class TrainablePolicy(Policy, Protocol):
 
     - ``device``: where its tensors live; ``TokenScores`` come back there.
     - ``log_probs(batch, with_entropy=False)``: differentiable log-probs of each row's
-      response tokens (a ``ChoiceBatch``: of each row's choice among its options).
+      response tokens (a ``ChoiceBatch``: of each row's choice among its options; a
+      ``TokenRows``: the same rows as ids on the device).
+    - ``token_rows(batch)``: a ``TokenBatch`` as ``TokenRows``, built once so the update
+      cuts its micro-batches on the device.
+    - ``rollout_dtype``: the dtype of the weights that sample free text when they are a
+      copy of the trained ones in another dtype, else None (the trainer then recomputes
+      the old log-probs).
     - ``values(batch)``: one differentiable value per row (a policy built with a critic).
     - ``parameters()``, ``train(mode)``: as ``torch.nn.Module``'s; the trainer optimises the
       parameters that require gradients.
@@ -258,9 +296,14 @@ class TrainablePolicy(Policy, Protocol):
     """
 
     device: torch.device
+    rollout_dtype: str | None
 
     def log_probs(self, batch: TokenBatch, *, with_entropy: bool = False) -> TokenScores:
         """Differentiable log-probs of the response tokens only (prompt logits never built)."""
+        ...
+
+    def token_rows(self, batch: TokenBatch) -> TokenRows:
+        """``batch`` as one right-padded id tensor on the device."""
         ...
 
     def values(self, batch: TokenBatch) -> torch.Tensor:

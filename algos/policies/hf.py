@@ -12,18 +12,20 @@ to the response positions only, so the prompt's logits (seconds and gigabytes at
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import json
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
 from gigpo_gym.algos.policies import decode
 from gigpo_gym.algos.policies.quiet import quiet_libraries
 from gigpo_gym.algos.policies.base import (
-    ATTENTION, CHAT_CONTEXT, DECODERS, ChoiceBatch, Generation, SamplingParams, TokenBatch, TokenScores,
+    ATTENTION, CHAT_CONTEXT, DECODERS, ChoiceBatch, Generation, SamplingParams, TokenBatch, TokenRows, TokenScores,
 )
 from gigpo_gym.core.extras import missing_extra_error
 from gigpo_gym.wrappers.stack import InputFormat
@@ -60,6 +62,7 @@ class HFPolicy(nn.Module):
         gradient_checkpointing: bool = False,
         logits_chunk: int = 1024,
         decoder: str = "auto",
+        rollout_dtype: str | None = "auto",
     ):
         super().__init__()
         self.model = model
@@ -83,7 +86,7 @@ class HFPolicy(nn.Module):
         self.logits_chunk = int(logits_chunk)
         if decoder not in DECODERS:
             raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
-        #: What samples free text: the package's decode loop or transformers' continuous batching (``decode``).
+        #: What samples free text: the package's decode loop, its static-cache form or continuous batching (``decode``).
         self.decoder = decoder
         self.gradient_checkpointing = False
         if gradient_checkpointing:
@@ -95,6 +98,10 @@ class HFPolicy(nn.Module):
             nn.init.zeros_(self.value_head.bias)
         self.device = resolve_device(str(device)) if isinstance(device, str) else device
         self.to(self.device)
+        weights = next(k for k, v in _DTYPES.items() if v == next(model.parameters()).dtype)
+        #: The dtype of the copy of the weights that samples free text (None: the trained weights, under autocast).
+        self.rollout_dtype = rollout_weights_dtype(rollout_dtype, self.device, weights, compute_dtype)
+        self._rollout = _RolloutCopy()
         self._generator = torch.Generator(device=self.device).manual_seed(int(sampling_seed))
         eos = self._base_config().eos_token_id if tokenizer.eos_token_id is None else tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
@@ -283,7 +290,7 @@ class HFPolicy(nn.Module):
             return []
         was_training = self.training
         self.eval()
-        try:  # generation computes in compute_dtype as the update does (bf16 on GPUs, not float32)
+        try:
             chats = [c if c and c.get("messages") else None for c in (contexts or [None] * len(prompts))]
             if any(chats):
                 if self.choose_admissible:
@@ -294,8 +301,7 @@ class HFPolicy(nn.Module):
                 if contexts is None or len(contexts) != len(prompts):
                     raise ValueError("choose_admissible needs one context with admissible_actions per prompt")
                 return self._choose(prompt_ids, [list(c.get("admissible_actions") or []) for c in contexts], sampling)
-            with self.compute():
-                return self._generate(prompt_ids, sampling)
+            return self._generate(prompt_ids, sampling)
         finally:
             self.train(was_training)
 
@@ -312,8 +318,7 @@ class HFPolicy(nn.Module):
 
         ids = [self.encode_chat(c) if c else self.encode_prompt(p) for p, c in zip(prompts, chats)]
         fit = [i for i, x in enumerate(ids) if len(x) <= self.max_prompt_tokens]
-        with self.compute():
-            answers = dict(zip(fit, self._generate([ids[i] for i in fit], sampling) if fit else []))
+        answers = dict(zip(fit, self._generate([ids[i] for i in fit], sampling) if fit else []))
         _, parser = tool_chat(self.tokenizer)
         out = []
         for i, (row, chat) in enumerate(zip(ids, chats)):
@@ -428,12 +433,28 @@ class HFPolicy(nn.Module):
         return result
 
     def _generate(self, prompt_ids: list[list[int]], sampling: SamplingParams) -> list[Generation]:
+        """Free text by the configured decoder, with the rollout weights (``rollout_model``).
+
+        The trained weights compute in ``compute_dtype`` as the update does (bf16 autocast
+        on GPUs, not float32); a rollout copy computes in its own dtype, without autocast.
+        """
         gen = self._generator
         if sampling.seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(int(sampling.seed))
-        if decoder_for(self.decoder, self.device) == "continuous":
-            return decode.generate_continuous(self, prompt_ids, sampling)
-        return decode.generate(self, prompt_ids, sampling, gen)
+        model = self.rollout_model()
+        with self.compute() if model is self.model else sdpa_backends(self.device):
+            decoder = decoder_for(self.decoder, self.device)
+            if decoder == "continuous":
+                return decode.generate_continuous(self, prompt_ids, sampling, model=model)
+            if decoder == "static":
+                return decode.generate_static(self, prompt_ids, sampling, gen, model=model)
+            return decode.generate(self, prompt_ids, sampling, gen, model=model)
+
+    def rollout_model(self) -> nn.Module:
+        """What samples free text: the model itself, or its copy in ``rollout_dtype`` with the weights as they are now."""
+        if self.rollout_dtype is None:
+            return self.model
+        return self._rollout.of(self.model, _DTYPES[self.rollout_dtype])
 
     def _left_padded(self, prompt_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Ids and attention mask with every prompt ending at the same position (for a shared KV cache)."""
@@ -458,10 +479,11 @@ class HFPolicy(nn.Module):
         return text
 
     # -- scoring ---------------------------------------------------------------------
-    def forward(self, batch: TokenBatch, *, with_entropy: bool = False, with_values: bool = False) -> TokenScores:
+    def forward(self, batch: TokenBatch | TokenRows, *, with_entropy: bool = False, with_values: bool = False) -> TokenScores:
         """Differentiable log-probs (and entropy, values) of the response tokens only.
 
-        A ``ChoiceBatch`` is scored as a choice among its options instead (``_choice_scores``).
+        A ``ChoiceBatch`` is scored as a choice among its options instead (``_choice_scores``);
+        ``TokenRows`` (``token_rows``) are ids on the device already, as the update passes them.
 
         Everything the loss needs comes out of this one call, so a wrapper around the
         module (DDP, FSDP, DeepSpeed through accelerate) sees every parameter use.  The
@@ -473,16 +495,12 @@ class HFPolicy(nn.Module):
             raise ValueError("empty batch")
         if isinstance(batch, ChoiceBatch):
             return self._choice_scores(batch, with_entropy, with_values)
-        prompt_lens = torch.tensor([len(p) for p in batch.prompt_ids])
-        resp_lens = torch.tensor([len(r) for r in batch.response_ids])
+        packed = batch if isinstance(batch, TokenRows) else self.token_rows(batch)
+        prompt_lens, resp_lens = torch.from_numpy(packed.prompt_lengths), torch.from_numpy(packed.response_lengths)
         if int(prompt_lens.min()) < 1:
             raise ValueError("every row needs at least one prompt token")
-        width = int((prompt_lens + resp_lens).max())
-        ids = torch.full((len(batch), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        for i, (p, r) in enumerate(zip(batch.prompt_ids, batch.response_ids)):
-            ids[i, : len(p) + len(r)] = torch.tensor(list(p) + list(r), dtype=torch.long)
-        ids = self.to_device(ids)
-        positions = torch.arange(width, device=self.device)[None, :].expand(len(batch), -1)
+        ids, width = packed.ids, packed.ids.shape[1]
+        positions = torch.arange(width, device=self.device)[None, :].expand(len(packed), -1)
         with self.compute():
             hidden = self.model.get_decoder()(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state
         # the hidden state at (prompt_len + j - 1) predicts response token j
@@ -492,7 +510,7 @@ class HFPolicy(nn.Module):
         at = self.to_device(prompt_lens[rows] + cols - 1)
         rows_d, cols_d = self.to_device(rows), self.to_device(cols)
         token_logp, entropy = self._score_positions(hidden[rows_d, at], ids[rows_d, at + 1], with_entropy)
-        out_logp = torch.zeros((len(batch), max_resp), dtype=torch.float32, device=self.device)
+        out_logp = torch.zeros((len(packed), max_resp), dtype=torch.float32, device=self.device)
         out_logp = out_logp.index_put((rows_d, cols_d), token_logp)
         out_entropy = None
         if with_entropy:
@@ -501,6 +519,16 @@ class HFPolicy(nn.Module):
         if with_values:
             extras["values"] = self._value_at(hidden, self.to_device(prompt_lens - 1))
         return TokenScores(out_logp, self.to_device(mask.float()), out_entropy, extras)
+
+    def token_rows(self, batch: TokenBatch) -> TokenRows:
+        """``batch`` as one right-padded id tensor on the device (``TokenRows``), the form ``forward`` scores."""
+        prompt = np.array([len(p) for p in batch.prompt_ids], dtype=np.int64)
+        response = np.array([len(r) for r in batch.response_ids], dtype=np.int64)
+        ids = torch.full((len(batch), int((prompt + response).max(initial=0))), self.tokenizer.pad_token_id,
+                         dtype=torch.long)
+        for i, (p, r) in enumerate(zip(batch.prompt_ids, batch.response_ids)):
+            ids[i, : len(p) + len(r)] = torch.tensor(list(p) + list(r), dtype=torch.long)
+        return TokenRows(self.to_device(ids), prompt, response)
 
     def _choice_scores(self, batch: ChoiceBatch, with_entropy: bool, with_values: bool) -> TokenScores:
         """Differentiable log-prob of each row's choice among its options, in one decoder pass.
@@ -558,7 +586,7 @@ class HFPolicy(nn.Module):
             extras["values"] = self._value_at(hidden, torch.tensor(lengths, device=self.device) - 1)
         return TokenScores(chosen, torch.ones_like(chosen), entropy, extras)
 
-    def log_probs(self, batch: TokenBatch, *, with_entropy: bool = False, with_values: bool = False) -> TokenScores:
+    def log_probs(self, batch: TokenBatch | TokenRows, *, with_entropy: bool = False, with_values: bool = False) -> TokenScores:
         """``forward`` under its protocol name (``TrainablePolicy.log_probs``)."""
         return self(batch, with_entropy=with_entropy, with_values=with_values)
 
@@ -667,12 +695,37 @@ def sdpa_backends(device: torch.device):
 
 
 def decoder_for(name: str, device: torch.device) -> str:
-    """The decoder ``"auto"`` means on ``device``: the package's own loop everywhere.
+    """The decoder ``"auto"`` means on ``device``: the static-cache loop on CUDA, the plain loop elsewhere.
 
-    On an H200 the loop was measured against continuous batching on the recipe's rows
-    (``benchmarks/gpu_check.py``; docs/gpu.md has the numbers).
+    On an H200, at the 1.5B recipe's 128 rows, a decoding step of the plain loop took
+    77 ms, and plain transformers code on the same shapes took 20.6 ms with a growing cache
+    in bf16 and 12.5 ms with a static cache under ``torch.compile`` (its steps as CUDA
+    graphs); continuous batching reached 675 tokens/s in all (docs/gpu.md).  The static
+    decoder here captures its step as a CUDA graph without compiling it; it has not been
+    timed on a GPU yet.  On a CPU the plain loop drops ended rows from the batch, which a
+    static cache cannot.  ``benchmarks/gpu_check.py`` times the decoders against each other.
     """
-    return "loop" if name == "auto" else name
+    if name != "auto":
+        return name
+    return "static" if torch.device(device).type == "cuda" else "loop"
+
+
+def rollout_weights_dtype(name: str | None, device: torch.device, weights: str, compute_dtype: str | None) -> str | None:
+    """The dtype of the weights that sample free text (``model.rollout_dtype``); None: the trained weights themselves.
+
+    ``"auto"``: on CUDA, a copy in ``compute_dtype`` where the weights are kept in another
+    (float32 master weights under bf16 autocast: autocast casts every weight at every
+    decoding step; measured on an H200, a plain loop decoded 128 rows at 28.4 ms a step so,
+    20.6 ms with bf16 weights); elsewhere none.  A copy's log-probs are not the trained
+    model's, so the trainer then recomputes the old log-probs.
+    """
+    if name == "auto":
+        wanted = compute_dtype if torch.device(device).type == "cuda" else None
+    elif name is None or name in _DTYPES:
+        wanted = name
+    else:
+        raise ValueError(f"rollout_dtype must be one of {['auto', *sorted(_DTYPES)]} or None, got {name!r}")
+    return None if wanted in (None, weights) else wanted
 
 
 def attention_kernel(name: str, device: torch.device, compute_dtype: str) -> str:
@@ -725,6 +778,36 @@ def _add_lora(model: nn.Module, lora: dict[str, Any]) -> nn.Module:
     settings = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": "all-linear"}
     settings.update(lora)
     return get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **settings))
+
+
+class _RolloutCopy:
+    """The rollout weights: a copy of a model with its parameters in another dtype, for sampling only.
+
+    Not a submodule (never saved, never in a state dict), and a deep copy of the policy
+    (the KL reference) starts without one.  Every call copies the trained weights in
+    again (an optimiser step, a loaded checkpoint, the SFT warm start: none can leave it
+    stale; torch's in-place counters miss a fused AdamW step).  For 1.5B float32 weights
+    that is 9 GB of traffic, about 2 ms on an H200, once per generate call.  Buffers (the
+    rotary frequencies) keep their dtype.
+    """
+
+    def __init__(self) -> None:
+        self.model: nn.Module | None = None
+
+    def __deepcopy__(self, memo: dict) -> "_RolloutCopy":
+        return _RolloutCopy()
+
+    @torch.no_grad()
+    def of(self, model: nn.Module, dtype: torch.dtype) -> nn.Module:
+        if self.model is None:
+            self.model = copy.deepcopy(model).eval()
+            for p in self.model.parameters():
+                p.requires_grad_(False)
+                p.data = p.data.to(dtype)
+        else:
+            for mine, theirs in zip(self.model.parameters(), model.parameters()):
+                mine.copy_(theirs)
+        return self.model
 
 
 class _PrefixTree:

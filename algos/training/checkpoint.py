@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 import torch
 
+from gigpo_gym.algos.training.records import RECORDS_DIR, drop_after
 from gigpo_gym.core.data import replacing, write_atomically
 
 POLICY_FILE = "policy.safetensors"
@@ -254,7 +255,9 @@ class RunFolder:
       ``reference-NNNNNN.safetensors`` each reset's (``optim.kl_reset_every``);
     - ``selected.safetensors``: the weights ``select_every`` chose, with their iteration
       and selection score in the file's metadata;
-    - ``summary.json`` and ``learning_curve.png``: the run's result.
+    - ``summary.json`` and ``learning_curve.png``: the run's result;
+    - ``records/``: a few task groups of each iteration, step by step, for ``gigpo-gym inspect``
+      (``training.records``).
 
     The trainer writes through it (rank 0 only); the leaderboard finds a run's weights
     and config through it (``locate``).
@@ -271,6 +274,7 @@ class RunFolder:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.checkpoints = self.path / "checkpoints"
+        self.records = self.path / RECORDS_DIR
         self._writer = None
 
     # -- config, metrics, summary --------------------------------------------------
@@ -312,11 +316,13 @@ class RunFolder:
             append_jsonl(self.path / self.PROMPTS_FILE, sample)
 
     def keep_iterations(self, last: int) -> None:
-        """Drop the logged records and prompts after iteration ``last`` (-1: all; a resumed run logs them again)."""
+        """Drop the logged metrics, sample prompts and iteration records after iteration ``last`` (-1: all; a resumed run
+        writes them again)."""
         from gigpo_gym.algos.training.metrics import keep_iterations
 
         keep_iterations(self.path / self.METRICS_FILE, last)
         keep_iterations(self.path / self.PROMPTS_FILE, last)
+        drop_after(self.records, last)
 
     def metrics(self) -> list[dict[str, Any]]:
         from gigpo_gym.algos.training.metrics import read_jsonl

@@ -114,14 +114,16 @@ class ModelConfig:
     """Weights' dtype: float32 (the master weights to train), bfloat16 or float16 (inference-sized runs only)."""
     compute_dtype: Dtype | None = None
     """Autocast dtype of forward passes (bfloat16 on GPUs: fast, while float32 weights keep small updates); None: the weights' dtype."""
-    gradient_checkpointing: bool = False
-    """Recompute each decoder layer in the backward pass instead of storing its activations (long prompts, big models)."""
+    gradient_checkpointing: bool | Literal["auto"] = False
+    """Recompute each decoder layer in the backward pass instead of storing its activations (long prompts, big models); 'auto': on a GPU, only where the update's micro-batches would not fit without it (``compute.plan_update_memory``), off on a CPU."""
     logits_chunk: int = 1024
     """Response positions whose vocabulary logits are built at once when scoring (bounds memory at 152k vocabularies)."""
     attention: Attention = "auto"
     """Attention kernel: 'auto' (FlashAttention-2 where flash_attn imports on a GPU with 16-bit compute, else PyTorch's SDPA), 'sdpa', 'flash_attention_2' or 'eager'."""
     decoder: Decoder = "auto"
-    """What samples free text with model.generation 'hf': 'loop' (the package's decode loop), 'continuous' (transformers' continuous batching) or 'auto' (the faster on the device, docs/gpu.md)."""
+    """What samples free text with model.generation 'hf': 'loop' (the package's decode loop), 'static' (the loop over a static KV cache, its step a CUDA graph on a GPU), 'continuous' (transformers' continuous batching) or 'auto' (static on CUDA, loop elsewhere: docs/gpu.md)."""
+    rollout_dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = "auto"
+    """Dtype of a copy of the weights that samples free text, refreshed after every update (null: the trained weights themselves); 'auto': on CUDA, compute_dtype where the weights are kept in another, else none.  With a copy the trained model recomputes the old log-probs."""
     tf32: bool = True
     """On CUDA, run any float32 matmul on TF32 tensor cores (no effect on a CPU)."""
     lora: dict[str, Any] | None = None
@@ -145,9 +147,9 @@ class ModelConfig:
         """``HFPolicy.from_pretrained``'s settings from this section (``device`` in place of ``model.device``)."""
         return dict(
             device=device or self.device, dtype=self.dtype, compute_dtype=self.compute_dtype,
-            gradient_checkpointing=self.gradient_checkpointing, logits_chunk=self.logits_chunk, lora=self.lora,
-            attention=self.attention, decoder=self.decoder, max_prompt_tokens=self.max_prompt_tokens,
-            choose_admissible=self.choose_admissible,
+            gradient_checkpointing=self.gradient_checkpointing is True, logits_chunk=self.logits_chunk, lora=self.lora,
+            attention=self.attention, decoder=self.decoder, rollout_dtype=self.rollout_dtype,
+            max_prompt_tokens=self.max_prompt_tokens, choose_admissible=self.choose_admissible,
         )
 
 
@@ -253,7 +255,10 @@ class OptimConfig:
     mini_batch_size: int = 256
     """Rows per optimiser step."""
     micro_batch_size: int = 16
-    """Rows per forward/backward (gradient accumulation up to the mini-batch)."""
+    """Rows per forward/backward (gradient accumulation up to the mini-batch), where micro_batch_tokens does not set them."""
+    micro_batch_tokens: int | Literal["auto"] | None = "auto"
+    """Tokens per forward/backward instead (rows x longest row, rows of similar length together; the loss is the same);
+    'auto': on a GPU, what fits its memory (``compute.plan_update_memory``), on a CPU micro_batch_size rows; null: micro_batch_size rows."""
     max_grad_norm: float = 1.0
     """Gradient clipping norm."""
     clip_low: float | None = None
@@ -280,6 +285,8 @@ class OptimConfig:
     def __post_init__(self) -> None:
         check_fields(self)
         _at_least(self, ("epochs", 1), ("micro_batch_size", 1), ("warmup_iterations", 0), ("kl_reset_every", 0))
+        if isinstance(self.micro_batch_tokens, int) and self.micro_batch_tokens < 1:
+            raise ConfigError(f"micro_batch_tokens must be >= 1, 'auto' or null, got {self.micro_batch_tokens}")
         if self.mini_batch_size < self.micro_batch_size:
             raise ConfigError(f"mini_batch_size ({self.mini_batch_size}) must be >= micro_batch_size "
                               f"({self.micro_batch_size}): a mini-batch is made of whole micro-batches")
@@ -322,6 +329,20 @@ class SFTConfig:
 
 
 @dataclass
+class RecordsConfig:
+    """What each iteration records for ``gigpo-gym inspect`` (``records``; ``training.records`` says what a record holds)."""
+
+    groups: int = 2
+    """Task groups recorded whole per iteration, every episode and step (0: record nothing, write no records/)."""
+    text_chars: int = 1000
+    """Each recorded observation and reply is cut to this many characters."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        _at_least(self, ("groups", 0), ("text_chars", 1))
+
+
+@dataclass
 class TrainConfig:
     """A whole training run: its sections, and the rules across them."""
 
@@ -337,6 +358,7 @@ class TrainConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    records: RecordsConfig = field(default_factory=RecordsConfig)
     iterations: int = 10
     """RL iterations (rollout + update)."""
     seed: int = 0

@@ -129,6 +129,7 @@ class Rollout:
     #: The per-row columns besides the token data (``TOKEN_COLUMNS``).
     ROW_COLUMNS: ClassVar[tuple[str, ...]] = (
         "group_ids", "traj_ids", "step_ids", "rewards", "penalties", "anchors", "anchor_texts", "action_valid",
+        "env_rewards",
     )  # fmt: skip
     TOKEN_COLUMNS: ClassVar[tuple[str, ...]] = (
         "prompt_ids", "response_ids", "old_log_probs", "options", "option_log_probs", "choices",
@@ -144,6 +145,8 @@ class Rollout:
     anchors: list[str] = field(default_factory=list)
     anchor_texts: list[str] = field(default_factory=list)
     action_valid: list[bool] = field(default_factory=list)
+    #: The env's own reward of each step (``rewards`` holds the trained one, ``RewardShaping``).
+    env_rewards: list[float] = field(default_factory=list)
     prompt_ids: list[list[int]] = field(default_factory=list)
     response_ids: list[list[int]] = field(default_factory=list)
     old_log_probs: list[list[float]] = field(default_factory=list)
@@ -366,6 +369,7 @@ def collect(
                 out.anchors.append(str(info_at(infos, "anchor", i, "")))
                 out.anchor_texts.append(str(info_at(infos, "anchor_text", i, "")))
                 out.action_valid.append(valid)
+                out.env_rewards.append(float(rewards[i]))
                 out.prompt_ids.append(list(g.prompt_ids))
                 out.response_ids.append(list(g.response_ids))
                 out.old_log_probs.append(list(g.log_probs))

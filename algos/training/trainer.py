@@ -39,13 +39,18 @@ from gigpo_gym.algos.training.compute import (
     optimizer_options,
     padded,
     padding_share,
+    plan_update_memory,
     synchronize,
+    token_micro_batches,
 )
 from gigpo_gym.algos.training.config import ConfigError, OptimConfig, TrainConfig, config_to_dict, scheduled_lr
 from gigpo_gym.algos.training.loss import choice_kl, policy_loss, value_loss
 from gigpo_gym.algos.training.metrics import format_gain, format_iteration, format_success, rollout_metrics, sample_prompts
 from gigpo_gym.algos.training.models import build_policy
-from gigpo_gym.algos.policies.base import ChoiceBatch, SamplingParams, TokenBatch
+from gigpo_gym.algos.training.records import Recorder, Updated
+from gigpo_gym.algos.estimators.batch import StepBatch
+from gigpo_gym.algos.estimators.registry import AdvantageParts
+from gigpo_gym.algos.policies.base import ChoiceBatch, SamplingParams
 from gigpo_gym.algos.policies.hf import sdpa_backends
 from gigpo_gym.algos.training.rollout import Rollout, collect
 from gigpo_gym.core.anchor import digest
@@ -73,6 +78,56 @@ class WholeRollout:
     prompt_lengths: np.ndarray
     response_lengths: np.ndarray
     values: np.ndarray | None = None
+
+
+@dataclass
+class Advantages:
+    """The "compute advantages" phase of an update (``Trainer.compute_advantages``), kept as ``Trainer.advantages``.
+
+    Arrays are over the whole round's rows (every process's, in one process's order, as
+    ``WholeRollout`` and ``batch`` hold them).
+    """
+
+    #: The rows as the algorithm saw them.
+    batch: StepBatch
+    #: Each row's advantage.
+    per_row: np.ndarray
+    #: The rows the update trains on: the algorithm's row mask, a non-empty reply, and with
+    #: ``optim.skip_zero_advantage`` a nonzero advantage.
+    keep: np.ndarray
+    #: The critic's regression targets (algorithms with a critic), else None.
+    value_targets: np.ndarray | None
+    #: Share of zero advantages among the rows the algorithm keeps (before ``skip_zero_advantage``).
+    zero_share: float
+    seconds: float
+    #: The parts the algorithm made ``per_row`` of (A^E, A^S, step groups: ``Algorithm.advantage_parts``).
+    parts: AdvantageParts | None = None
+
+
+@dataclass
+class UpdateRows:
+    """This process's rows as the loss reads them (``Trainer.training_rows``), indexed by their place in its rollout.
+
+    Everything per row lives on the device from here to the loss: a micro-batch is an
+    index into these tensors, not lists padded on the host.
+    """
+
+    #: The rows the update trains on, as indices into the whole round's rows (every process's).
+    kept: np.ndarray
+
+    #: Prompt + response ids (``TokenRows``), or the rows as choices among their options (``ChoiceBatch``).
+    tokens: Any
+    #: Old log-probs, ``[rows, width]`` (choices: the chosen option's, ``[rows, 1]``).
+    old: torch.Tensor
+    #: The KL reference's log-probs (choices: of every option), or None without a KL term.
+    ref: torch.Tensor | None
+    advantages: torch.Tensor
+    targets: torch.Tensor | None
+    #: One row of this process's, for the zero-weight micro-batches that keep the processes in step.
+    padding_row: np.ndarray
+    score_seconds: float = 0.0
+    #: The reference's share of the scoring pass (the models that scored in it took the same rows, an equal share each).
+    reference_seconds: float = 0.0
 
 
 class Trainer:
@@ -141,6 +196,13 @@ class Trainer:
         self.actor = self.policy
         self.prepared = False
         self._pending_optimizer_state: dict | None = None
+        #: The last update's advantages (``update``'s first phase); None before the first update.
+        self.advantages: Advantages | None = None
+        #: Rank 0's recorder of a few task groups per iteration (``training.records``); None: recording is off.
+        self.recorder = Recorder(self.run.records, cfg.records.groups, cfg.seed, cfg.records.text_chars) \
+            if cfg.records.groups and self.parallel.is_main else None
+        #: Tokens per micro-batch (``optim.micro_batch_tokens``; None: ``micro_batch_size`` rows), set in ``prepare``.
+        self.micro_batch_tokens: int | None = None
 
     # -- the whole run -------------------------------------------------------------
     def train(self, resume: str | Path | None = None, echo=say) -> dict[str, Any]:
@@ -280,13 +342,19 @@ class Trainer:
         return rollout
 
     def run_iteration(self, iteration: int) -> dict[str, Any]:
-        """One RL iteration: rollout, advantages, update; its record (rollout metrics of every process, the update's)."""
+        """One RL iteration in SB3's phases: collect (``rollout``, ``gather``), then ``update`` (compute the
+        advantages, kept as ``self.advantages``, and train); its record (every process's rollout metrics, the
+        update's)."""
         rollout = self.rollout(iteration)
         whole = self.gather(rollout)
         record: dict[str, Any] = {"iteration": iteration, **rollout_metrics(whole.rollout)}
         t1 = time.perf_counter()
         record.update(self.update(rollout, iteration, whole))
         record["train/seconds"] = time.perf_counter() - t1
+        if self.recorder is not None:
+            a = self.advantages
+            self.recorder.record_rollout(iteration, rollout, whole, Updated(a.batch, a.per_row, a.keep, a.parts),
+                                         self.algo.config())
         return record
 
     def select(self, iteration: int, selected: dict[str, Any] | None) -> tuple[dict[str, float], dict[str, Any] | None]:
@@ -324,6 +392,7 @@ class Trainer:
         if self.prepared:
             return
         p = self.parallel
+        self._plan_memory()  # before any wrapping: checkpointing is set on the plain model
         if p.world > 1:
             p.broadcast_parameters(self.policy)
             if p.needs_inference_copy:
@@ -342,6 +411,37 @@ class Trainer:
             self.actor = VLLMPolicy(self.scorer, gpu_memory_utilization=v.gpu_memory_utilization,
                                     max_model_len=v.max_model_len, seed=derive_seed(self.cfg.seed, p.rank))
         self.prepared = True
+
+    def _plan_memory(self) -> None:
+        """Tokens per micro-batch (``optim.micro_batch_tokens``) and gradient checkpointing (``model.gradient_checkpointing``)
+        where the config leaves them to the card (``auto``; ``compute.plan_update_memory``).  Off a GPU, ``auto``
+        means ``micro_batch_size`` rows and no checkpointing."""
+        tokens, checkpointing = self.cfg.optim.micro_batch_tokens, self.cfg.model.gradient_checkpointing
+        if self.device.type == "cuda" and "auto" in (tokens, checkpointing):
+            total = torch.cuda.get_device_properties(self.device).total_memory
+            config = self.policy.model.config
+            planned, chosen = plan_update_memory(
+                total, self._resident_bytes(total), config.hidden_size, config.num_hidden_layers,
+                self.cfg.model.max_prompt_tokens + self.cfg.sampling.max_new_tokens,
+                None if checkpointing == "auto" else checkpointing)
+            tokens, checkpointing = (planned if tokens == "auto" else tokens), chosen
+        self.micro_batch_tokens = tokens if isinstance(tokens, int) else None
+        if self.cfg.model.gradient_checkpointing == "auto":
+            self.policy.set_checkpointing(checkpointing is True)
+
+    def _resident_bytes(self, total: int) -> int:
+        """Bytes that stay on the card through an update: the weights, the trained ones' gradients and AdamW moments,
+        the KL reference, a rollout copy, an inference copy, a colocated vLLM engine's share, a chunk's logits."""
+        params = list(self.policy.parameters())
+        weights = sum(q.numel() * q.element_size() for q in params)
+        out = weights + 3 * sum(q.numel() * q.element_size() for q in params if q.requires_grad)
+        out += weights * (bool(self.weights.kl_coef and self.cfg.model.lora is None) + self.parallel.needs_inference_copy)
+        if self.policy.rollout_dtype is not None:
+            out += sum(q.numel() for q in params) * getattr(torch, self.policy.rollout_dtype).itemsize
+        if self.cfg.model.generation == "vllm":
+            out += int(self.cfg.model.vllm.gpu_memory_utilization * total)
+        vocab = self.policy.model.get_output_embeddings().weight.shape[0]
+        return out + 3 * 4 * self.policy.logits_chunk * vocab  # float32 logits, their softmax and gradient
 
     def refresh_actor(self) -> None:
         """After an update: copy the trained weights into the inference copy and the vLLM engine."""
@@ -370,26 +470,6 @@ class Trainer:
         for p in self.reference.parameters():
             p.requires_grad_(False)
 
-    @torch.no_grad()
-    def _score(self, policy: Any, tokens: TokenBatch, use_adapters: bool = True,
-               rows: list[int] | None = None) -> list[list[float]]:
-        """Log-probs of each row's response (``rows``: only those rows; the others get ``[]``)."""
-        wanted = list(range(len(tokens))) if rows is None else rows
-        out: list[list[float]] = [[] for _ in range(len(tokens))]
-        mb = self.cfg.optim.micro_batch_size
-        with contextlib.nullcontext() if use_adapters else policy.without_adapters():
-            for start in range(0, len(wanted), mb):
-                index = wanted[start : start + mb]
-                part = tokens.select(index)
-                s = policy.log_probs(part)
-                if isinstance(part, ChoiceBatch):  # the whole distribution over each row's options
-                    scored = [lp[: len(o)].tolist() for lp, o in zip(s.extras["option_log_probs"], part.options)]
-                else:
-                    scored = [lp[: len(r)].tolist() for lp, r in zip(s.log_probs, part.response_ids)]
-                for i, row in zip(index, scored):
-                    out[i] = row
-        return out
-
     def gather(self, rollout: Rollout) -> "WholeRollout":
         """Every process's rows (without tokens) as one process's rollout, and where each row lives.
 
@@ -416,109 +496,171 @@ class Trainer:
         return WholeRollout(whole, owner, local, lengths[:, 0], lengths[:, 1], values)
 
     def update(self, rollout: Rollout, iteration: int, whole: "WholeRollout | None" = None) -> dict[str, float]:
-        """Advantages over all processes' rows, then clipped-surrogate epochs over mini-batches.
+        """The phases after the rollout, as SB3 names them: compute the advantages, then train on them.
+
+        ``self.advantages`` keeps the first phase's result (``Advantages``) for whoever reads
+        the iteration after it.  Returns the update's metrics.
+        """
+        self.prepare()
+        whole = whole if whole is not None else self.gather(rollout)
+        self.advantages = self.compute_advantages(whole)
+        rows = self.training_rows(rollout, whole, self.advantages)
+        metrics = self.optimise(rows, whole, iteration)
+        self.refresh_actor()
+        return {**metrics, **self._advantage_metrics(self.advantages)}
+
+    def compute_advantages(self, whole: "WholeRollout") -> "Advantages":
+        """The algorithm's per-row advantages over all processes' rows, and which rows the update trains on."""
+        o, algo = self.cfg.optim, self.algo
+        batch = whole.rollout.to_step_batch()
+        if algo.needs_critic:
+            batch.values = whole.values
+        started = time.perf_counter()
+        parts = algo.advantage_parts(batch)
+        advantages = np.asarray(parts.advantages, dtype=np.float64)
+        seconds = time.perf_counter() - started
+        keep = np.asarray(algo.row_mask(batch), dtype=bool) & (whole.response_lengths > 0)
+        zero_share = float(np.mean(np.abs(advantages[keep]) < 1e-9)) if keep.any() else 1.0
+        if o.skip_zero_advantage:
+            keep &= np.abs(advantages) >= 1e-9
+        targets = np.asarray(algo.value_targets(batch), dtype=np.float64) if algo.needs_critic else None
+        return Advantages(batch, advantages, keep, targets, zero_share, seconds, parts)
+
+    def recomputes_old_log_probs(self) -> bool:
+        """Whether the trained model scores the old log-probs again, instead of taking the rollout's own.
+
+        The rollout's are the old policy's only when it sampled from the whole distribution
+        (temperature 1, top-p 1) with the trained weights themselves: not a vLLM engine, not
+        a rollout copy in another dtype (``model.rollout_dtype``; choices are drawn by the
+        trained weights in any case).
+        """
+        s = self.cfg.sampling
+        same_weights = self.actor is self.scorer and (self.cfg.optim.loss_over == "choices"
+                                                      or self.scorer.rollout_dtype is None)
+        return not (s.temperature == 1.0 and s.top_p == 1.0 and same_weights)
+
+    def training_rows(self, rollout: Rollout, whole: "WholeRollout", advantages: "Advantages") -> "UpdateRows":
+        """This process's rows as the loss reads them, on the device: tokens, old and reference log-probs,
+        advantages and value targets, each one tensor cut into micro-batches there."""
+        mine = np.sort(whole.local[advantages.keep & (whole.owner == self.parallel.rank)])  # local rows to score
+        if self.cfg.optim.loss_over == "choices":  # one "token" per row: the chosen option among the row's options
+            tokens = rollout.choice_batch
+            old = None if self.recomputes_old_log_probs() else padded(
+                [[lp[c]] if lp else [] for lp, c in zip(rollout.option_log_probs, tokens.choices)], 1, self.device)
+        else:
+            tokens = self.policy.token_rows(rollout.tokens)
+            old = None if self.recomputes_old_log_probs() else padded(
+                rollout.old_log_probs, max(int(tokens.response_lengths.max(initial=0)), 1), self.device)
+        started = time.perf_counter()
+        scored_old, ref, models = self.score_old_and_reference(tokens, mine, old is None)
+        seconds = time.perf_counter() - started
+        on_device = {}
+        for name, per_row in (("advantages", advantages.per_row), ("targets", advantages.value_targets)):
+            if per_row is not None:  # each local row's value, from the whole round's rows
+                local = np.zeros(len(rollout), dtype=np.float64 if name == "advantages" else np.float32)
+                local[whole.local[whole.owner == self.parallel.rank]] = per_row[whole.owner == self.parallel.rank]
+                on_device[name] = torch.from_numpy(local).to(self.device, non_blocking=True)
+        own = np.flatnonzero(whole.owner == self.parallel.rank)
+        return UpdateRows(np.flatnonzero(advantages.keep), tokens, old if old is not None else scored_old, ref,
+                          on_device["advantages"], on_device.get("targets"), whole.local[own[:1]], score_seconds=seconds,
+                          reference_seconds=seconds * ("reference" in models) / max(len(models), 1))
+
+    @torch.no_grad()
+    def score_old_and_reference(self, tokens: Any, rows: np.ndarray,
+                                old: bool) -> tuple[torch.Tensor | None, torch.Tensor | None, list[str]]:
+        """One pass over ``rows`` (local indices): each batch of rows is scored by the trained weights (the old
+        log-probs, when ``old``) and by the KL reference (when the loss has a KL term).
+
+        Returns both as ``[local rows, width]`` tensors on the device (zero where not
+        scored; None where not asked) and the names of the models that scored.  Over
+        choices the old log-prob is the chosen option's and the reference's every option's.
+        """
+        models: dict[str, tuple[Any, Any]] = {}
+        if old:
+            models["old"] = (self.scorer, contextlib.nullcontext)
+        if self.weights.kl_coef and self.cfg.model.lora is not None:  # the base model: the adapters off
+            models["reference"] = (self.scorer, self.scorer.without_adapters)
+        elif self.weights.kl_coef and self.reference is not None:
+            models["reference"] = (self.reference, contextlib.nullcontext)
+        by_choice = isinstance(tokens, ChoiceBatch)
+        width = 1 if by_choice else max(int(tokens.response_lengths.max(initial=0)), 1)
+        widths = {"old": width, "reference": max(map(len, tokens.options)) if by_choice else width}
+        out = {name: torch.zeros((len(tokens), widths[name]), dtype=torch.float32, device=self.device)
+               for name in models}
+        lengths = (tokens.prompt_lengths + tokens.response_lengths if not by_choice else
+                   np.array([len(q) + len(r) for q, r in zip(tokens.prompt_ids, tokens.response_ids)], dtype=np.int64))
+        for index in self._scoring_batches(rows, lengths):
+            on_device = torch.from_numpy(index).to(self.device, non_blocking=True)
+            part = tokens.select(index.tolist()) if by_choice else tokens.select(index, on_device)
+            for name, (policy, context) in models.items():
+                with context():
+                    s = policy.log_probs(part)
+                scored = s.log_probs
+                if by_choice and name == "reference":  # -inf past a row's options: zero, as a padded row
+                    scored = s.extras["option_log_probs"]
+                    scored = scored.masked_fill(~torch.isfinite(scored), 0.0)
+                out[name][on_device, : scored.shape[1]] = scored.float()
+        return out.get("old"), out.get("reference"), list(models)
+
+    def _scoring_batches(self, rows: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+        """The batches the scoring pass runs: rows in order, ``micro_batch_size`` at a time; under a token budget,
+        rows of similar length (``lengths``) within four times the training budget (no gradients are kept;
+        the factor is not measured yet)."""
+        if self.micro_batch_tokens:
+            return token_micro_batches(rows, lengths, 4 * self.micro_batch_tokens)
+        mb = self.cfg.optim.micro_batch_size
+        return [rows[a : a + mb] for a in range(0, len(rows), mb)]
+
+    def optimise(self, rows: "UpdateRows", whole: "WholeRollout", iteration: int) -> dict[str, float]:
+        """Clipped-surrogate epochs over mini-batches of the kept rows; the update's metrics.
 
         Each epoch permutes all rows with the run's seed; a process trains on its own rows of
         each mini-batch, with the mini-batch's global token count, so N processes take one
         process's step.  All processes run the same number of micro-batches (zero-weight
-        padding where a process has fewer rows).
+        ones where a process has fewer).  The loop reads nothing back from the device until
+        its end, except each optimiser step's gradient norm.
         """
-        self.prepare()
-        whole = whole if whole is not None else self.gather(rollout)
-        p = self.parallel
-        batch = whole.rollout.to_step_batch()
-        o = self.cfg.optim
-        by_choice = o.loss_over == "choices"
-        tokens = rollout.choice_batch if by_choice else rollout.tokens
-        if self.algo.needs_critic:
-            batch.values = whole.values
-        t_advantages = time.perf_counter()
-        advantages = np.asarray(self.algo.advantages(batch), dtype=np.float64)
-        advantage_seconds = time.perf_counter() - t_advantages
-        keep = np.asarray(self.algo.row_mask(batch), dtype=bool) & (whole.response_lengths > 0)
-        zero_share = float(np.mean(np.abs(advantages[keep]) < 1e-9)) if keep.any() else 1.0
-        if o.skip_zero_advantage:
-            keep &= np.abs(advantages) >= 1e-9
-        mine = sorted(int(whole.local[i]) for i in np.flatnonzero(keep & (whole.owner == p.rank)))  # rows to score here
-        targets = np.asarray(self.algo.value_targets(batch), dtype=np.float64) if self.algo.needs_critic else None
-        t_score = time.perf_counter()
-        s = self.cfg.sampling
-        exact = s.temperature == 1.0 and s.top_p == 1.0 and self.actor is self.scorer
-        if by_choice:  # one "token" per row: the chosen option's log-prob among the row's options
-            options = rollout.option_log_probs if exact else self._score(self.scorer, tokens, rows=mine)
-            old = [[lp[c]] if lp else [] for lp, c in zip(options, tokens.choices)]
-        else:
-            old = rollout.old_log_probs if exact else self._score(self.scorer, tokens, rows=mine)
-        ref = None
-        t_ref = time.perf_counter()
-        if self.weights.kl_coef:
-            if self.cfg.model.lora is not None:
-                ref = self._score(self.scorer, tokens, use_adapters=False, rows=mine)
-            elif self.reference is not None:
-                ref = self._score(self.reference, tokens, rows=mine)
-        score_seconds = time.perf_counter() - t_score
-        reference_seconds = time.perf_counter() - t_ref
-        t_update = time.perf_counter()
+        o, p = self.cfg.optim, self.parallel
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(o, iteration, self.cfg.iterations)
-        summed = ["pg_loss", "clip_fraction", "approx_kl_old"] + (["kl_ref"] if ref is not None else []) + (
-            ["entropy"] if self.weights.entropy_coef > 0 else []) + (["value_loss"] if targets is not None else [])
+        summed = ["pg_loss", "clip_fraction", "approx_kl_old"] + (["kl_ref"] if rows.ref is not None else []) + (
+            ["entropy"] if self.weights.entropy_coef > 0 else []) + (["value_loss"] if rows.targets is not None else [])
         stats: dict[str, list[torch.Tensor]] = {k: [] for k in summed}  # read once, after the loop
         norms: list[float] = []
         rng = np.random.default_rng(derive_seed(self.cfg.seed, iteration, 3))
-        rows = np.flatnonzero(keep)
-        mb = o.micro_batch_size
         total = whole.prompt_lengths + whole.response_lengths
-        step_seconds = 0.0
+        started, step_seconds = time.perf_counter(), 0.0
         used: list[np.ndarray] = []  # this process's micro-batches (their padding share is logged)
         self.engine.train()
         for _ in range(o.epochs):
-            order = rng.permutation(rows)
+            order = rng.permutation(rows.kept)
             for start in range(0, len(order), o.mini_batch_size):
                 mini = order[start : start + o.mini_batch_size]
-                token_count = float(len(mini) if by_choice else whole.response_lengths[mini].sum())
-                mine = micro_batches(mini[whole.owner[mini] == p.rank], total, mb)  # this process's rows, by length
+                token_count = float(len(mini) if o.loss_over == "choices" else whole.response_lengths[mini].sum())
+                mine, calls = self._micro_batches(mini, whole.owner, total)
                 used += mine
-                calls = int(-(-np.bincount(whole.owner[mini], minlength=p.world).max() // mb))
                 self.optimizer.zero_grad(set_to_none=True)
+                # local row ids of each micro-batch, then one own row for zero-weight ones: one copy to the device
+                local = [whole.local[b] for b in mine] + [rows.padding_row]
+                parts = torch.from_numpy(np.concatenate(local)).to(self.device, non_blocking=True).split(
+                    [len(b) for b in local])
                 for call in range(calls):
-                    rows_idx = [int(i) for i in mine[call]] if call < len(mine) else []
-                    weight = float(p.world) if rows_idx else 0.0
-                    # a zero-weight micro-batch (any own row) keeps the processes' calls in step
-                    rows_idx = rows_idx or [int(np.flatnonzero(whole.owner == p.rank)[0])]
-                    idx = [int(whole.local[i]) for i in rows_idx]
-                    part = tokens.select(idx)
-                    scores = self.engine(part, with_entropy=self.weights.entropy_coef > 0, with_values=targets is not None)
-                    width = scores.log_probs.shape[1]
-                    ref_rows, kl = None, None
-                    if ref is not None and by_choice:  # exact KL over the options, not an estimate at the choice
-                        option_logp = scores.extras["option_log_probs"]
-                        kl = choice_kl(option_logp, padded([ref[i] for i in idx], option_logp.shape[1], self.device))
-                    elif ref is not None:
-                        ref_rows = padded([ref[i] for i in idx], width, self.device)
-                    loss, st = policy_loss(
-                        scores.log_probs, padded([old[i] for i in idx], width, self.device),
-                        torch.from_numpy(advantages[rows_idx]).to(self.device, non_blocking=True), scores.mask,
-                        token_count, self.weights, ref_log_probs=ref_rows, kl=kl, entropy=scores.entropy,
-                    )
-                    if targets is not None:
-                        vt = torch.from_numpy(targets[rows_idx]).to(self.device, torch.float32, non_blocking=True)
-                        vl = value_loss(scores.extras["values"], vt, float(len(mini)), self.weights)
-                        loss = loss + vl
-                        st["value_loss"] = vl.detach()
+                    # a zero-weight micro-batch keeps the processes' calls in step
+                    weight = float(p.world) if call < len(mine) else 0.0
+                    k = min(call, len(mine))
+                    loss, st = self._micro_batch_loss(rows, local[k], parts[k], token_count, float(len(mini)))
                     if weight != 1.0:
                         loss = loss * weight
                     with sdpa_backends(self.device):  # checkpointing's recompute runs inside the backward
                         p.backward(self.engine, loss, last=call == calls - 1)
                     if weight:
-                        for k in summed:
-                            stats[k].append(st[k])
+                        for key in summed:
+                            stats[key].append(st[key])
                 synchronize(self.device)  # the step's own time, apart from the queued forward and backward
                 t_step = time.perf_counter()
                 norms.append(p.step(self.engine, self.optimizer, self.params, o.max_grad_norm))
                 synchronize(self.device)
                 step_seconds += time.perf_counter() - t_step
-        self.refresh_actor()
         # per-micro-batch terms are parts of a mini-batch mean: sum them per mini-batch, average mini-batches
         updates = max(len(norms), 1)
         read = {k: torch.stack(v).double().cpu().numpy() if v else np.zeros(0) for k, v in stats.items()}
@@ -526,18 +668,59 @@ class Trainer:
         m = {f"train/{k}": v / updates for k, v in zip(summed, totals) if norms}
         if norms:
             m["train/grad_norm"] = float(np.mean(norms))
-        m.update({k.replace("adv/", "train/adv_"): v for k, v in self.algo.diagnostics(batch).items()})
-        m["train/rows_used"] = float(len(rows))
-        m["train/lr"] = float(self.optimizer.param_groups[0]["lr"])
-        m["train/advantage_mean"] = float(advantages[keep].mean()) if keep.any() else 0.0
-        m["train/advantage_std"] = float(advantages[keep].std()) if keep.any() else 0.0
-        m["train/zero_advantage_share"] = zero_share  # before skip_zero_advantage drops those rows
-        m["time/score_seconds"] = score_seconds  # old log-probs (when recomputed) and the reference's
-        m["time/reference_seconds"] = reference_seconds
         m["train/padding_share"] = padding_share(used, total)  # of this process's micro-batches
-        m["time/optimize_seconds"] = time.perf_counter() - t_update  # forward, backward and the optimiser steps
+        m["time/optimize_seconds"] = time.perf_counter() - started  # forward, backward and the optimiser steps
         m["time/step_seconds"] = step_seconds  # the optimiser steps alone (clipping included)
-        m["time/advantage_seconds"] = advantage_seconds
+        m["time/score_seconds"] = rows.score_seconds  # old log-probs (when recomputed) and the reference's, one pass
+        m["time/reference_seconds"] = rows.reference_seconds
+        return m
+
+    def _micro_batches(self, mini: np.ndarray, owner: np.ndarray, total: np.ndarray) -> tuple[list[np.ndarray], int]:
+        """This process's rows of ``mini`` in micro-batches of similar length (global row ids), and how many
+        forward/backward calls every process makes (the busiest process's micro-batches)."""
+        def plan(rows: np.ndarray) -> list[np.ndarray]:
+            if self.micro_batch_tokens:
+                return token_micro_batches(rows, total, self.micro_batch_tokens)
+            return micro_batches(rows, total, self.cfg.optim.micro_batch_size)
+
+        mine = plan(mini[owner[mini] == self.parallel.rank])
+        calls = max(len(plan(mini[owner[mini] == rank])) for rank in range(self.parallel.world))
+        return mine, calls
+
+    def _micro_batch_loss(self, rows: "UpdateRows", local: np.ndarray, on_device: torch.Tensor, token_count: float,
+                          row_count: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The loss of the local rows ``local`` (``on_device``: the same, on the device) and its stats."""
+        by_choice = isinstance(rows.tokens, ChoiceBatch)
+        part = rows.tokens.select(local.tolist()) if by_choice else rows.tokens.select(local, on_device)
+        scores = self.engine(part, with_entropy=self.weights.entropy_coef > 0, with_values=rows.targets is not None)
+        width = scores.log_probs.shape[1]
+        ref_rows, kl = None, None
+        if rows.ref is not None and by_choice:  # exact KL over the options, not an estimate at the choice
+            option_logp = scores.extras["option_log_probs"]
+            kl = choice_kl(option_logp, rows.ref.index_select(0, on_device)[:, : option_logp.shape[1]])
+        elif rows.ref is not None:
+            ref_rows = rows.ref.index_select(0, on_device)[:, :width]
+        loss, st = policy_loss(
+            scores.log_probs, rows.old.index_select(0, on_device)[:, :width], rows.advantages.index_select(0, on_device),
+            scores.mask, token_count, self.weights, ref_log_probs=ref_rows, kl=kl, entropy=scores.entropy,
+        )
+        if rows.targets is not None:
+            vl = value_loss(scores.extras["values"], rows.targets.index_select(0, on_device), row_count, self.weights)
+            loss = loss + vl
+            st["value_loss"] = vl.detach()
+        return loss, st
+
+    def _advantage_metrics(self, advantages: "Advantages") -> dict[str, float]:
+        """What the update logs of its advantages and rows, next to the algorithm's own diagnostics."""
+        a, keep = advantages.per_row, advantages.keep
+        m = {k.replace("adv/", "train/adv_"): v
+             for k, v in self.algo.diagnostics(advantages.batch, advantages.parts).items()}
+        m["train/rows_used"] = float(keep.sum())
+        m["train/lr"] = float(self.optimizer.param_groups[0]["lr"])
+        m["train/advantage_mean"] = float(a[keep].mean()) if keep.any() else 0.0
+        m["train/advantage_std"] = float(a[keep].std()) if keep.any() else 0.0
+        m["train/zero_advantage_share"] = advantages.zero_share  # before skip_zero_advantage drops those rows
+        m["time/advantage_seconds"] = advantages.seconds
         return m
 
     # -- files and lifecycle -------------------------------------------------------------
@@ -549,6 +732,8 @@ class Trainer:
     def save(self, iteration: int) -> Path:
         """Checkpoint ``iteration`` (rank 0 writes; every process takes part: a sharded optimiser state is gathered)."""
         state = {"config_digest": self.config_digest, "iteration": iteration}
+        if self.recorder is not None:  # first: a checkpoint is never without its iterations' records
+            self.recorder.flush()
         keep = self.cfg.keep_checkpoints
         if self.parallel.world == 1:
             folder = self.run.save_checkpoint(iteration, self.policy, self.optimizer, state, keep=keep)

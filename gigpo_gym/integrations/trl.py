@@ -7,7 +7,9 @@
 - ``with_tool_template(tokenizer)``: a tool-calling chat template and TRL's response
   parser for tokenizers that lack them (SmolLM2).
 - ``GiGPOTrainer`` / ``GiGPOConfig``: per-token advantages from the package's step-level
-  estimators (GiGPO by default) over the anchors each tool call was made in.
+  estimators (GiGPO by default) over the anchors each tool call was made in; like the
+  package's trainer it records a few task groups per step in ``output_dir/records/``
+  (``gigpo-gym inspect OUTPUT_DIR`` shows them).
 
 Importing this module checks that the installed TRL is in the range the ``[trl]`` extra pins.
 """
@@ -19,6 +21,7 @@ import json
 import logging
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gigpo_gym.integrations import require
@@ -26,14 +29,18 @@ from gigpo_gym.integrations import require
 TRL_VERSION = require("trl")
 
 import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from accelerate.utils import gather_object  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from trl.chat_template_utils import add_response_schema, supports_tool_calling  # noqa: E402
 
 from gigpo_gym.algos.estimators.batch import StepBatch  # noqa: E402
 from gigpo_gym.algos.policies.quiet import quiet_libraries  # noqa: E402
 from gigpo_gym.algos.estimators.registry import algorithm_class  # noqa: E402
+from gigpo_gym.algos.training.records import (  # noqa: E402
+    RECORDS_DIR, EpisodeView, Recorder, StepView, Updated, choose_groups, drop_after, iteration_record)
 from gigpo_gym.core.env import derive_seed  # noqa: E402
 from gigpo_gym.wrappers.anchor import ANCHOR_MODES  # noqa: E402
 from gigpo_gym.wrappers.chat import TOOL_CHAT_TEMPLATE, response_template  # noqa: E402
@@ -161,6 +168,10 @@ class GiGPOConfig(GRPOConfig):
                                                                  "true-state anchor) or 'observation' (its text)."})
     estimator_kwargs: dict | None = field(default=None, metadata={"help": "More estimator settings "
                                                                            "(e.g. {'grouping': 'similarity'})."})
+    record_groups: int = field(default=2, metadata={"help": "Task groups recorded whole per step in "
+                                                            "output_dir/records/ for gigpo-gym inspect (0: none)."})
+    record_text_chars: int = field(default=1000, metadata={"help": "Each recorded observation and reply is cut "
+                                                                   "to this many characters."})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -169,6 +180,9 @@ class GiGPOConfig(GRPOConfig):
         if self.scale_rewards not in ("group", "none"):
             raise ValueError(f"GiGPOConfig supports scale_rewards='group' or 'none' (the estimator's norm_by_std), "
                              f"got {self.scale_rewards!r}")
+        if self.record_groups < 0 or self.record_text_chars < 1:
+            raise ValueError(f"record_groups must be >= 0 and record_text_chars >= 1, got {self.record_groups} and "
+                             f"{self.record_text_chars}")
         if self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError("GiGPOConfig needs multi_objective_aggregation='sum_then_normalize': the estimator "
                              "reads one return per episode")
@@ -212,6 +226,12 @@ class GiGPOTrainer(GRPOTrainer):
         self.estimator = config.build_estimator()
         self.last_step_batch: StepBatch | None = None
         self._episode_returns: torch.Tensor | None = None
+        #: The main process's recorder (``training.records``): written with each checkpoint and at the end.
+        self.recorder = Recorder(Path(config.output_dir) / RECORDS_DIR, config.record_groups, config.seed,
+                                 config.record_text_chars) if config.record_groups and self.accelerator.is_main_process \
+            else None
+        if self.recorder is not None:
+            self.add_callback(RecordsInStep(self.recorder))
 
     # -- hooks into GRPOTrainer ------------------------------------------------------------
     def _tool_call_loop(self, prompts, prompt_ids, completion_ids, *args, **kwargs):
@@ -243,10 +263,19 @@ class GiGPOTrainer(GRPOTrainer):
             else torch.zeros_like(n_turns)
         local, first = len(inputs), self.accelerator.process_index * len(inputs)
         returns = self._episode_returns[first: first + local].tolist()
+        iteration = self.state.global_step + 1
+        # every process knows the sampled groups (the same draw), so only their rows carry texts
+        sampled = set(choose_groups(range(local * self.accelerator.num_processes // group_size),
+                                    self.args.record_groups, self.args.seed, iteration)) \
+            if mode == "train" and self.args.record_groups else set()
         rows, stats = [], []
         for i, env in enumerate(self.environments):
+            replies = None
+            if (first + i) // group_size in sampled:
+                ids = output["completion_ids"][i]
+                replies = [self.processing_class.decode(ids[turn[i] == k].tolist()) for k in range(int(n_turns[i]))]
             episode_rows, episode_stats = self._episode_rows(env, first + i, group_size, int(n_turns[i]), returns[i],
-                                                             int(tool_runs[i]))
+                                                             int(tool_runs[i]), replies)
             rows += episode_rows
             stats.append(episode_stats)
         rows, stats = gather_object(rows), gather_object(stats)
@@ -255,21 +284,28 @@ class GiGPOTrainer(GRPOTrainer):
             step_ids=[r["step_id"] for r in rows], rewards=[r["reward"] for r in rows],
             anchors=[r["anchor"] for r in rows], anchor_texts=[r["anchor_text"] for r in rows],
         )  # fmt: skip
-        advantages = self.estimator.advantages(batch) * self.estimator.row_mask(batch)
+        parts = self.estimator.advantage_parts(batch)
+        mask = np.asarray(self.estimator.row_mask(batch), dtype=bool)
+        advantages = parts.advantages * mask
         self.last_step_batch = batch
+        if self.recorder is not None and sampled:
+            self._record(iteration, Updated(batch, parts.advantages, mask, parts), rows, stats, sorted(sampled))
         table = torch.zeros(local, int(n_turns.max().item()) + 1 if local else 1, dtype=torch.float32)
         for row, value in zip(rows, advantages.tolist()):
             if first <= row["traj_id"] < first + local:
                 table[row["traj_id"] - first, row["step_id"]] = value
         table = table.to(turn.device)
         output["advantages"] = torch.where(turn >= 0, table.gather(1, turn.clamp(min=0)), torch.zeros_like(table[:, :1]))
-        self._log_rollouts(mode, batch, stats)
+        self._log_rollouts(mode, batch, stats, parts)
         return output
 
     # -- rows and logs -------------------------------------------------------------------
     def _episode_rows(self, env: ToolEnvironment, traj: int, group_size: int, n_turns: int, total: float,
-                      tool_runs: int) -> tuple[list[dict], dict]:
-        """One row per generated turn (at least one per episode), with the env steps each turn made."""
+                      tool_runs: int, replies: list[str] | None = None) -> tuple[list[dict], dict]:
+        """One row per generated turn (at least one per episode), with the env steps each turn made.
+
+        With ``replies`` (each turn's generated text) the rows also carry what the records show.
+        """
         turns = max(n_turns, 1)
         steps = env.steps
         mode = self.args.anchor_mode
@@ -283,15 +319,46 @@ class GiGPOTrainer(GRPOTrainer):
             text = later[0].anchor_text if later else current["text"]
             rows.append({"group_id": traj // group_size, "traj_id": traj, "step_id": k,
                          "reward": float(sum(s.reward for s in made)), "anchor": anchor, "anchor_text": text})
+            if replies is not None:
+                rows[-1]["shown"] = {"reply": replies[k] if k < len(replies) else "",
+                                     "action": " | ".join(s.action for s in made) if made else None,
+                                     "valid": all(s.valid for s in made), "env_reward": float(sum(s.reward for s in made))}
         rows[-1]["reward"] += total - env.get_reward()  # what TRL's other reward functions add
+        info = env.info
+        status = {"completion budget": "budget", "step limit": "truncated"}.get(env.truncation or "", "terminated") \
+            if env.done else "unfinished"
         stats = {"steps": len(steps), "invalid": sum(not s.valid for s in steps),
                  "unseen": sum(1 for s in steps if s.turn is None or s.turn >= tool_runs),
-                 "budget": env.truncation == "completion budget", "step_limit": env.truncation == "step limit"}
+                 "budget": env.truncation == "completion budget", "step_limit": env.truncation == "step limit",
+                 "episode": EpisodeView(traj, str(info.get("task_id", "")), str(info.get("task_type", "")),
+                                        bool(info.get("won", False)), status, env.get_reward())}
         return rows, stats
 
-    def _log_rollouts(self, mode: str, batch: StepBatch, stats: list[dict]) -> None:
+    def _record(self, iteration: int, updated: Updated, rows: list[dict], stats: list[dict], groups: list[int]) -> None:
+        """Record this step's sampled task groups (main process; written with the next checkpoint)."""
+        by_type: dict[str, list[bool]] = {}
+        for s in stats:
+            by_type.setdefault(s["episode"].task_type, []).append(s["episode"].won)
+        success = {**{t: float(np.mean(w)) for t, w in sorted(by_type.items())},
+                   "all": float(np.mean([s["episode"].won for s in stats])) if stats else 0.0}
+
+        def step_of(row: int) -> StepView:
+            shown = rows[row]["shown"]
+            return StepView(rows[row]["anchor_text"], shown["reply"], shown["action"], shown["valid"],
+                            shown["env_reward"])
+
+        self.recorder.add(iteration_record(iteration, updated, groups, [s["episode"] for s in stats], step_of,
+                                           success, algo=self.estimator.config(), source="trl",
+                                           text_chars=self.recorder.text_chars))
+
+    def _save_checkpoint(self, model, trial) -> None:
+        if self.recorder is not None:  # first: a checkpoint is never without its steps' records
+            self.recorder.flush()
+        super()._save_checkpoint(model, trial)
+
+    def _log_rollouts(self, mode: str, batch: StepBatch, stats: list[dict], parts: Any = None) -> None:
         metrics = self._metrics[mode]
-        for name, value in self.estimator.diagnostics(batch).items():
+        for name, value in self.estimator.diagnostics(batch, parts).items():
             metrics[name].append(value)
         episodes = max(len(stats), 1)
         steps = sum(s["steps"] for s in stats)
@@ -308,3 +375,18 @@ class GiGPOTrainer(GRPOTrainer):
         if unseen:
             logger.warning("%d env steps were made whose result the model never saw", unseen)
 
+
+
+class RecordsInStep(TrainerCallback):
+    """Keeps ``records/`` in step with the checkpoints: a resumed run drops the records after its checkpoint (it
+    records those steps again), and the end of training writes what no checkpoint took."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.recorder.pending.clear()
+        drop_after(self.recorder.folder, state.global_step)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.recorder.flush()
