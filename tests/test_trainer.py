@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import torch
 from helpers_fake import CORRIDOR_ID
 
 from gigpo_gym.algos.training import checkpoint as ckpt
-from gigpo_gym.algos.training.config import ConfigError, load_config
+from gigpo_gym.algos.training.config import MOVED_KEYS, ConfigError, TrainConfig, load_config
 from gigpo_gym.algos.training.loss import LossWeights, choice_kl, k3_kl, policy_loss
 from gigpo_gym.algos.training.trainer import build_policy, learning_rate, run_training
 
@@ -228,8 +229,23 @@ def test_bad_config_keys_and_values_are_named(tmp_path):
         load_config(None, ["reward.invalid_action_penalty=-0.1"])
     with pytest.raises(ConfigError, match=r"reward.source must be one of \['won', 'env'\], got 'score'"):
         load_config(None, ["reward.source=score"])
-    with pytest.raises(ConfigError, match=r"unknown config key 'env.reward_scale'"):  # the reward section says it
+    with pytest.raises(ConfigError, match=r"^keys from before the prompt: and reward: sections \(not read; rename "
+                                          r"them\): env.reward_scale is reward.scale now$"):
         load_config(None, ["env.reward_scale=1"])
+
+
+def test_a_run_folder_from_before_the_prompt_and_reward_sections_is_told_where_its_keys_went(tmp_path):
+    old = tmp_path / "config.yaml"  # what a run wrote before 2026-11-29
+    old.write_text("model: {use_chat_template: null, system_prompt: null}\nenv: {reward_scale: 10.0, history_length: 2}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(old)
+    assert str(e.value) == (f"{old}: keys from before the prompt: and reward: sections (not read; rename them): "
+                            "model.use_chat_template is prompt.chat_template now; model.system_prompt is "
+                            "prompt.system_prompt now; env.reward_scale is reward.scale now; env.history_length is "
+                            "prompt.history_length now")
+    for new in MOVED_KEYS.values():  # every new place exists
+        section, key = new.split(".")
+        assert key in {f.name for f in dataclasses.fields(getattr(TrainConfig(), section))}
 
 
 def test_surrogate_clips_and_kl_is_the_k3_estimator():

@@ -500,10 +500,27 @@ def _parse_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_yaml_loader())  # noqa: S506  (a SafeLoader subclass)
 
 
+#: Keys that moved to another section on 2026-11-29 -> where they are now: a run folder written before names them,
+#: and its ``config.yaml`` is refused with the new place (the old keys are not read: edit the file).
+MOVED_KEYS = {
+    "model.use_chat_template": "prompt.chat_template", "model.system_prompt": "prompt.system_prompt",
+    "model.response_prefix": "prompt.response_prefix", "env.reward_scale": "reward.scale",
+    "env.reward_source": "reward.source", "env.invalid_action_penalty": "reward.invalid_action_penalty",
+    "env.revisit_penalty": "reward.revisit_penalty", "env.history_length": "prompt.history_length",
+    "env.prompt_intro": "prompt.intro", "env.action_format": "prompt.action_format",
+    "env.task_key": "prompt.task_key", "env.list_actions": "prompt.list_actions",
+}
+
+
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:
-    """A ``TrainConfig`` from nested mappings (an unknown key is an error naming its closest match)."""
+    """A ``TrainConfig`` from nested mappings (an unknown key is an error naming its closest match, or its new
+    place when it moved: ``MOVED_KEYS``)."""
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a mapping, got {type(data).__name__}")
+    moved = [f"{old} is {new} now" for old, new in MOVED_KEYS.items()
+             if old.split(".")[1] in (data.get(old.split(".")[0]) or {})]
+    if moved:
+        raise ConfigError(f"keys from before the prompt: and reward: sections (not read; rename them): {'; '.join(moved)}")
     try:
         return from_mapping(TrainConfig, data, what="config key")
     except FieldError as e:
