@@ -218,6 +218,10 @@ def test_bad_config_keys_and_values_are_named(tmp_path):
     bad.write_text("iterations: 3\nsampling:\n  temprature: 0.5\n")
     with pytest.raises(ConfigError, match=r"bad.yaml: unknown config key 'sampling.temprature'.*'sampling.temperature'"):
         load_config(bad)
+    with pytest.raises(ConfigError, match=r"bad.yaml: unknown config key 'sampling.temprature'"):  # with overrides
+        load_config(bad, ["iterations=2"])
+    with pytest.raises(ConfigError, match=r"^unknown config key 'env.num_group'"):  # a --set's mistake, not the file's
+        load_config("demo", ["env.num_group=3"])
     with pytest.raises(ConfigError, match="iterations must be an integer, got 'many'"):
         load_config(None, ["iterations=many"])
     with pytest.raises(ConfigError, match=r"optim.mini_batch_size \(4\) must be >= micro_batch_size \(8\)"):

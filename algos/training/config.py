@@ -14,6 +14,7 @@ objects in one place each (``ModelConfig.policy_kwargs``, ``SamplingConfig.param
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import math
@@ -553,12 +554,17 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             data = _parse_yaml(path.read_text()) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{path}: not valid YAML: {e}") from e
+        if overrides:  # the file's own mistakes name the file; an override's do not
+            try:
+                config_from_dict(copy.deepcopy(data))
+            except ConfigError as e:
+                raise ConfigError(f"{path}: {e}") from None
     for assignment in overrides:
         apply_override(data, assignment)
     try:
         return config_from_dict(data)
     except ConfigError as e:
-        raise ConfigError(f"{path}: {e}" if path is not None else str(e)) from None
+        raise ConfigError(f"{path}: {e}" if path is not None and not overrides else str(e)) from None
 
 
 def config_to_dict(config: TrainConfig) -> dict[str, Any]:
