@@ -554,17 +554,23 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             data = _parse_yaml(path.read_text()) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{path}: not valid YAML: {e}") from e
-        if overrides:  # the file's own mistakes name the file; an override's do not
-            try:
-                config_from_dict(copy.deepcopy(data))
-            except ConfigError as e:
-                raise ConfigError(f"{path}: {e}") from None
+    from_file = copy.deepcopy(data)
     for assignment in overrides:
         apply_override(data, assignment)
     try:
         return config_from_dict(data)
     except ConfigError as e:
-        raise ConfigError(f"{path}: {e}" if path is not None and not overrides else str(e)) from None
+        if path is None or (overrides and _valid(from_file)):  # an override's mistake is not the file's
+            raise
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def _valid(data: dict[str, Any]) -> bool:
+    try:
+        config_from_dict(data)
+    except ConfigError:
+        return False
+    return True
 
 
 def config_to_dict(config: TrainConfig) -> dict[str, Any]:
