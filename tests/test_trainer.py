@@ -457,9 +457,9 @@ def test_each_config_section_checks_itself_and_names_the_key():
 
 
 def test_what_shapes_the_prompt_is_the_prompt_section_s():
-    with pytest.raises(ConfigError, match=r"unknown config key 'env.prompt_intro'"):
+    with pytest.raises(ConfigError, match=r"env.prompt_intro is prompt.intro now$"):
         load_config(None, ["env.prompt_intro=Hello."])
-    with pytest.raises(ConfigError, match=r"unknown config key 'model.response_prefix'"):
+    with pytest.raises(ConfigError, match=r"model.response_prefix is prompt.response_prefix now$"):
         load_config(None, ["model.response_prefix=<action>"])
     kwargs = "env.kwargs={split: train, observation_mode: text_rich}"
     with pytest.raises(ConfigError, match=r"env.kwargs.observation_mode: how the policy sees the env is "
