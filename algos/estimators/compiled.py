@@ -1,6 +1,6 @@
 """GiGPO's exact-grouping advantages as compiled loops (numba), an optional fast path.
 
-The numpy path (``gigpo.gigpo_advantages``) is the reference.  This one
+The numpy path (``gigpo.gigpo_parts``) is the reference.  This one
 (``numba_loops``) lays the rows out task group by task group and works on each group
 in small hash tables.  It computes the same formulas with the same rules (a group of
 equal values gives exactly 0), but its sums run over a group's rows in trajectory
@@ -36,23 +36,6 @@ AVAILABLE = importlib.util.find_spec("numba") is not None
 _ONE_CALLER = threading.Lock()
 
 
-def gigpo_advantages(
-    batch: StepBatch,
-    keys: np.ndarray,
-    *,
-    gamma: float,
-    omega: float,
-    norm_by_std: bool,
-    episode_stats: str,
-    penalties: np.ndarray | None,
-) -> np.ndarray | None:
-    """``gigpo.gigpo_advantages`` with the exact step groups of uint64 ``keys``, or None (see
-    above); ``penalties`` given means ``invalid_penalty="row"``."""
-    parts = gigpo_parts(batch, keys, gamma=gamma, omega=omega, norm_by_std=norm_by_std, episode_stats=episode_stats,
-                        penalties=penalties, with_parts=False)
-    return None if parts is None else parts.advantages
-
-
 def gigpo_parts(
     batch: StepBatch,
     keys: np.ndarray,
@@ -64,7 +47,8 @@ def gigpo_parts(
     penalties: np.ndarray | None,
     with_parts: bool = True,
 ) -> AdvantageParts | None:
-    """``gigpo.gigpo_parts`` (``with_parts=False``: the advantages alone), or None (see above)."""
+    """``gigpo.gigpo_parts`` with the exact step groups of uint64 ``keys`` (``with_parts=False``: the advantages
+    alone), or None (see above); ``penalties`` given means ``invalid_penalty="row"``."""
     if not 0 < len(batch) < 2**31:  # the loops number rows in int32
         return None
     from numba import get_num_threads
