@@ -222,6 +222,11 @@ def test_bad_config_keys_and_values_are_named(tmp_path):
         load_config(bad, ["iterations=2"])
     with pytest.raises(ConfigError, match=r"^unknown config key 'env.num_group'"):  # a --set's mistake, not the file's
         load_config("demo", ["env.num_group=3"])
+    half = tmp_path / "half.yaml"  # valid only with its override: it loads
+    half.write_text("optim: {mini_batch_size: 4}\n")
+    with pytest.raises(ConfigError, match=r"half.yaml: optim.mini_batch_size \(4\) must be >= micro_batch_size"):
+        load_config(half)
+    assert load_config(half, ["optim.micro_batch_size=4"]).optim.micro_batch_size == 4
     with pytest.raises(ConfigError, match="iterations must be an integer, got 'many'"):
         load_config(None, ["iterations=many"])
     with pytest.raises(ConfigError, match=r"optim.mini_batch_size \(4\) must be >= micro_batch_size \(8\)"):
