@@ -35,9 +35,9 @@ Every run, checkpoint and evaluation writes its files when done and is skipped w
 they exist (``bench_llm_learning``), so an interrupted study continues with the same
 command.  A finished run keeps its checkpoints' weights but not their optimiser state
 (1 GB each for SmolLM2; ``--keep-optimizer`` keeps it), so it cannot be resumed past
-its end.  After each stage the results so far go to ``--results``
-(``llm_study_searchqa.json`` / ``.png``, ``llm_study_webshop*``); ``--report`` only
-rewrites them.  Each invocation appends its commit, command, machine and start time
+its end.  After each stage its results so far go to ``--results``
+(``llm_study_searchqa.json`` / ``.png``, ``llm_study_webshop*``, ``llm_study_trl_settings.json``),
+leaving the other stages' files as they are; ``--report`` only rewrites them all.  Each invocation appends its commit, command, machine and start time
 to ``ROOT/study.json``.
 
 A study outlasts a sitting through ``--carry DIR`` (``benchmarks/results/llm_study_runs``,
@@ -548,20 +548,29 @@ def paging_share(episodes) -> float:
     return sum("click[next >]" in a.lower() for a in actions) / max(len(actions), 1)
 
 
-def write_results(args) -> None:
+#: The results files each stage writes (``--report`` writes them all): a stage leaves the others' files as they are.
+STAGE_RESULTS = {"searchqa": "searchqa", "grpo-settings": "searchqa", "webshop": "webshop", "teacher": "teacher",
+                 "trl-settings": "trl-settings"}
+
+
+def write_results(args, stage: str | None = None) -> None:
+    """The results of what ROOT holds: ``stage``'s file (``STAGE_RESULTS``), or every one when None."""
     out = Path(args.results)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"study": "bench_llm_study", "seeds": args.seeds, "overrides": args.set, "runs": _read(Path(args.root) / "study.json")}
-    searchqa = searchqa_results(args)
+    wanted = set(STAGE_RESULTS.values()) if stage is None else {STAGE_RESULTS[stage]}
+    searchqa = searchqa_results(args) if "searchqa" in wanted else None
     if searchqa is not None:
         print_searchqa(searchqa)
         plot_searchqa(searchqa, out / "llm_study_searchqa.png")
         (out / "llm_study_searchqa.json").write_text(json.dumps({**meta, "config": args.searchqa_config, **searchqa}, indent=1))
-    trl = trl_settings_results(args)
+    trl = trl_settings_results(args) if "trl-settings" in wanted else None
     if trl is not None and trl["runs"]:
         (out / "llm_study_trl_settings.json").write_text(json.dumps({**meta, "config": args.searchqa_config, **trl},
                                                                     indent=1))
     for teacher in (False, True):
+        if ("teacher" if teacher else "webshop") not in wanted:
+            continue
         result = webshop_results(args, teacher)
         if result is not None:
             name = "llm_study_webshop_teacher.json" if teacher else "llm_study_webshop.json"
@@ -645,7 +654,7 @@ def run_stage(args, stage: str) -> None:
     elif stage == "trl-settings":
         trl_settings_stage(args)
     print(f"== stage {stage} done in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
-    write_results(args)
+    write_results(args, stage)
 
 
 def parser() -> argparse.ArgumentParser:

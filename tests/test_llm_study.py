@@ -187,3 +187,5 @@ def test_the_trl_settings_stage_trains_each_setting_from_the_shared_warm_start_a
     assert set(result["runs"]) == {"grpo-whole-batch", "grpo-env-reward"}
     assert list(result["runs"]["grpo-env-reward"]["per_seed"]) == ["0"]
     assert len(list((root / "warm-start").glob("*.safetensors"))) == 1  # one warm start for every setting
+    # the stage writes only its own results file: the seed study's stays as the searchqa stage wrote it
+    assert sorted(p.name for p in (tmp_path / "results").glob("*.json")) == ["llm_study_trl_settings.json"]
