@@ -36,9 +36,10 @@ they exist (``bench_llm_learning``), so an interrupted study continues with the 
 command.  A finished run keeps its checkpoints' weights but not their optimiser state
 (1 GB each for SmolLM2; ``--keep-optimizer`` keeps it), so it cannot be resumed past
 its end.  After each stage its results so far go to ``--results``
-(``llm_study_searchqa.json`` / ``.png``, ``llm_study_webshop*``, ``llm_study_trl_settings.json``),
-leaving the other stages' files as they are; ``--report`` only rewrites them all.  Each invocation appends its commit, command, machine and start time
-to ``ROOT/study.json``.
+(``llm_study_searchqa.json`` / ``.png``, ``llm_study_webshop*``,
+``llm_study_trl_settings.json``), leaving the other stages' files as they are;
+``--report`` only rewrites them all.  Each invocation appends its commit, command,
+machine and start time to ``ROOT/study.json``.
 
 A study outlasts a sitting through ``--carry DIR`` (``benchmarks/results/llm_study_runs``,
 committed; off unless given): after each stage the small results files of the finished
