@@ -1,4 +1,7 @@
-"""``ALFWorldTextWorldEnv``: the reference TextWorld engine behind the native env's contract."""
+"""``ALFWorldTextWorldEnv``: the reference TextWorld engine behind the native env's contract.
+
+Its gymnasium checks and cross-process transcripts are in test_suite.py, with every registered id.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +9,9 @@ import json
 import os
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
-from gymnasium.utils.env_checker import check_env
 
 from gigpo_gym.core import INFO_KEYS
 from gigpo_gym.envs.alfworld.env import ALFWorldEnv
@@ -103,15 +104,6 @@ def test_the_planner_expert_wins(env):
 
 @needs_engine
 @pytest.mark.alfworld_engine
-@pytest.mark.slow
-def test_check_env_passes_without_warnings(env):
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        check_env(env, skip_render_check=True)
-
-
-@needs_engine
-@pytest.mark.alfworld_engine
 def test_generated_games_are_exported_once_to_the_cache(env):
     path = Path(env.game_file(7))
     assert path.is_file() and os.environ["GIGPO_GYM_CACHE"] in str(path)
@@ -145,32 +137,3 @@ def test_bad_kwargs_are_clear():
         ALFWorldTextWorldEnv(split="valid_sen")
     with pytest.raises(ValueError, match="num_tasks must be a positive int"):
         ALFWorldTextWorldEnv(num_tasks=0)
-
-
-_TRANSCRIPT = """
-import json, sys
-from gigpo_gym.envs.alfworld.textworld_env import ALFWorldTextWorldEnv
-env = ALFWorldTextWorldEnv(split="valid_unseen")
-obs, info = env.reset(seed=11)
-rows = [[obs, info["anchor"], info["admissible_actions"]]]
-for step in range(4):
-    actions = info["admissible_actions"]
-    obs, reward, terminated, truncated, info = env.step(actions[(5 * step) % len(actions)])
-    rows.append([obs, reward, info["anchor"], info["admissible_actions"]])
-print(json.dumps(rows))
-"""
-
-
-@needs_engine
-@pytest.mark.alfworld_engine
-@pytest.mark.slow
-def test_same_seed_same_transcript_in_any_process():
-    outputs = []
-    for hash_seed in ("1", "4242"):
-        run_env = dict(os.environ, PYTHONHASHSEED=hash_seed)
-        done = subprocess.run([sys.executable, "-c", _TRANSCRIPT], capture_output=True, text=True, env=run_env,
-                              timeout=300)
-        assert done.returncode == 0, done.stderr
-        outputs.append(json.loads(done.stdout))
-    assert outputs[0] == outputs[1] and len(outputs[0]) == 5
-

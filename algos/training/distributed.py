@@ -138,6 +138,8 @@ class Parallel:
             return self.accelerator.prepare(module, optimizer)
         import deepspeed
 
+        if self.device is not None and self.device.type == "cpu":
+            _skip_shared_memory_all_reduce()
         self._params = [p for group in optimizer.param_groups for p in group["params"]]
         engine, wrapped, _, _ = deepspeed.initialize(
             model=module, optimizer=optimizer, config=self._deepspeed_config(max_grad_norm), dist_init_required=False)
@@ -297,6 +299,15 @@ _ADAM_MOMENTS = ("exp_avg", "exp_avg_sq")
 
 def _is_zero3(optimizer: Any) -> bool:
     return getattr(optimizer, "fp32_partitioned_groups_flat", None) is not None
+
+
+def _skip_shared_memory_all_reduce() -> None:
+    """Keep DeepSpeed on CPU from compiling its shared-memory all-reduce, which only its inference
+    all-reduce (tensor-parallel serving) calls; ZeRO training never does.  The op is a C++ build
+    (ninja, a compiler) of 40-90 s at the first start in every new environment, for nothing here."""
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
 def _deepspeed_flat_partitions(optimizer: Any) -> list[torch.Tensor]:
