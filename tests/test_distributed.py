@@ -50,7 +50,9 @@ needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is No
 
 def torchrun(scenario: str, out: Path, args: list[str], processes: int = 2, kind: str = "ddp", timeout: float = 120):
     # CUDA hidden: these are CPU (gloo) runs, whatever GPUs the machine has
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **LAUNCH_ENV[kind]}
+    # torch's C++ extension builds (DeepSpeed's JIT ops) go under ``out``, where a test can see them
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "TORCH_EXTENSIONS_DIR": str(out / "ext"),
+           **LAUNCH_ENV[kind]}
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
                f"--master_port={free_port()}", "--max_restarts=0", "--monitor_interval=1",
                str(TESTS / "dist_worker.py"), scenario, str(out), json.dumps(args)]
@@ -96,6 +98,7 @@ def test_two_processes_make_the_one_process_update_and_play_its_tasks(tmp_path, 
     played = [tuple(e) for r in range(2) for e in json.loads((tmp_path / f"episodes-{r}.json").read_text())]
     assert sorted(played) == sorted(tuple(e) for e in episodes)
     assert {e[0] for e in json.loads((tmp_path / "episodes-0.json").read_text())} == set(range(groups // 2))
+    assert not (tmp_path / "ext").exists()  # no C++ op compiled at start-up (DeepSpeed's shared-memory all-reduce)
 
 
 def test_a_finished_run_leaves_no_trainer_to_interpreter_shutdown(tmp_path):

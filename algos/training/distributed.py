@@ -138,7 +138,7 @@ class Parallel:
             return self.accelerator.prepare(module, optimizer)
         import deepspeed
 
-        if self.device is not None and self.device.type == "cpu":
+        if self.device.type == "cpu":
             _skip_shared_memory_all_reduce()
         self._params = [p for group in optimizer.param_groups for p in group["params"]]
         engine, wrapped, _, _ = deepspeed.initialize(
