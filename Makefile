@@ -40,8 +40,11 @@ browser-deps:
 		echo "note: browser tests will skip; install them with: sudo apt-get install chromium chromium-driver"; \
 	fi
 
+# Two workers (CI has two cores), one test file each at a time, so a file's module fixtures are
+# built once; TEST_WORKERS=0 runs every test in one process.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed-test browser-deps
-	$(BIN)/pytest --durations=15
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # The main job: SFT warm start then GiGPO, tiny model, embedded ALFWorld (pick and look),
 # CPU (7-10 min on 2 cores after the venv build). Prints held-out success per task type after

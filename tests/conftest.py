@@ -6,6 +6,11 @@ import os
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two workers on CI's two cores: one OpenMP thread each (torch's default of one
+    # per core oversubscribes them, and waiting OpenMP threads spin). A test that needs more sets its own.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory):

@@ -111,14 +111,14 @@ def test_too_many_restarts_raise_naming_the_cause():
 
 def test_a_hung_worker_is_killed_after_worker_timeout():
     envs = gigpo_gym.make_grouped(COUNTER, num_groups=2, group_size=1, backend="async", num_workers=2,
-                                  worker_timeout=2.0)  # fmt: skip
+                                  worker_timeout=5.0)  # fmt: skip  (room for a busy machine to start the workers)
     try:
         envs.reset()
         os.kill(envs._chunks[1].pid, signal.SIGSTOP)  # alive, but answers nothing
         start = time.monotonic()
-        with pytest.warns(RuntimeWarning, match="did not answer within worker_timeout=2.0 s"):
+        with pytest.warns(RuntimeWarning, match="did not answer within worker_timeout=5.0 s"):
             obs, reward, terminated, truncated, info = envs.step(["inc", "inc"])
-        assert time.monotonic() - start < 10 and truncated.tolist() == [False, True]
+        assert time.monotonic() - start < 15 and truncated.tolist() == [False, True]
     finally:
         envs.close()
 

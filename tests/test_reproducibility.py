@@ -35,16 +35,22 @@ def timeless(record: dict) -> dict:
     return {k: v for k, v in record.items() if not (k.startswith("time/") or k.endswith(("seconds", "tokens_per_s")))}
 
 
-def run_in_fresh_process(run_dir: Path, hash_seed: str) -> list[dict]:
+def start_fresh_process(run_dir: Path, hash_seed: str) -> subprocess.Popen:
     code = RUN.format(tests=str(TESTS), overrides=[*OVERRIDES, f"run_dir={run_dir}"])
     env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def logged_metrics(process: subprocess.Popen, run_dir: Path) -> list[dict]:
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr[-3000:]
     return [timeless(json.loads(line)) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_two_processes_with_the_same_seed_log_identical_metrics(tmp_path):
-    first = run_in_fresh_process(tmp_path / "a", "1")
-    second = run_in_fresh_process(tmp_path / "b", "2")
+    # run side by side (different hash seeds): neither may lean on the other's files or timing
+    runs = [(start_fresh_process(tmp_path / name, seed), tmp_path / name) for name, seed in (("a", "1"), ("b", "2"))]
+    first, second = (logged_metrics(process, run_dir) for process, run_dir in runs)
     assert [r["iteration"] for r in first if "rollout/success" in r] == [1, 2]
     assert first == second  # exactly: losses, KL, advantages, success, per SFT step
