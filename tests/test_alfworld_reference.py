@@ -54,7 +54,7 @@ pytestmark = [pytest.mark.alfworld_engine, pytest.mark.slow]
 
 FIXTURE_DATA = Path(__file__).parent / "fixtures" / "alfworld"
 #: Generated games per task type and split: 10 per type, 60 in all, a regression guard that
-#: keeps ``make test`` near 20 minutes on 2 cores (about 2 minutes of it); the full set
+#: keeps ``make test`` short (about 2 minutes of CPU on each of 2 cores); the full set
 #: (34 per type, 204) on demand, after any change to the native engine.
 PER_TYPE = {"train": 6, "valid_seen": 2, "valid_unseen": 2}
 if os.environ.get("GIGPO_ALFWORLD_REFERENCE_FULL", "") not in ("", "0"):
