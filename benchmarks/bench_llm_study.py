@@ -121,6 +121,11 @@ TRL_SETTINGS = {
                    "optim.skip_zero_advantage=false"),
 }
 TRL_SETTINGS["both"] = TRL_SETTINGS["whole-batch"] + TRL_SETTINGS["env-reward"]
+# env-reward's two changes one at a time (its reward scale alone changes nothing: advantages are
+# divided by the group's spread): the invalid-action penalty, which that division blows up in a
+# group whose episodes tied, and the tied groups themselves, which the recipe leaves out
+TRL_SETTINGS["no-penalty"] = ("reward.invalid_action_penalty=0.0",)
+TRL_SETTINGS["keep-tied"] = ("optim.skip_zero_advantage=false",)
 
 
 # -- stages ---------------------------------------------------------------------------

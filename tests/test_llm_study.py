@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -169,6 +170,12 @@ def test_each_trl_setting_moves_only_its_own_fields_of_the_searchqa_recipe():
     assert whole.optim.mini_batch_size >= rows and whole.env == recipe.env
     assert (paid.reward.scale, paid.reward.source, paid.reward.invalid_action_penalty) == (1.0, "env", 0.0)
     assert not paid.optim.skip_zero_advantage and paid.optim.mini_batch_size == recipe.optim.mini_batch_size
+    no_penalty = load_config(ROOT / "configs" / "searchqa_smollm2.yaml", study.TRL_SETTINGS["no-penalty"])
+    assert no_penalty.reward == dataclasses.replace(recipe.reward, invalid_action_penalty=0.0)
+    assert no_penalty.optim == recipe.optim
+    keep_tied = load_config(ROOT / "configs" / "searchqa_smollm2.yaml", study.TRL_SETTINGS["keep-tied"])
+    assert keep_tied.optim == dataclasses.replace(recipe.optim, skip_zero_advantage=False)
+    assert keep_tied.reward == recipe.reward
 
 
 @pytest.mark.slow
