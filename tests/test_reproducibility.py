@@ -50,7 +50,11 @@ def logged_metrics(process: subprocess.Popen, run_dir: Path) -> list[dict]:
 
 def test_two_processes_with_the_same_seed_log_identical_metrics(tmp_path):
     # run side by side (different hash seeds): neither may lean on the other's files or timing
-    runs = [(start_fresh_process(tmp_path / name, seed), tmp_path / name) for name, seed in (("a", "1"), ("b", "2"))]
-    first, second = (logged_metrics(process, run_dir) for process, run_dir in runs)
+    runs = {tmp_path / name: start_fresh_process(tmp_path / name, seed) for name, seed in (("a", "1"), ("b", "2"))}
+    try:
+        first, second = (logged_metrics(process, run_dir) for run_dir, process in runs.items())
+    finally:
+        for process in runs.values():
+            process.kill()  # a no-op once it has ended; stops the other run when one failed
     assert [r["iteration"] for r in first if "rollout/success" in r] == [1, 2]
     assert first == second  # exactly: losses, KL, advantages, success, per SFT step
