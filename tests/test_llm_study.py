@@ -163,17 +163,16 @@ def test_each_trl_setting_moves_only_its_own_fields_of_the_searchqa_recipe():
     from gigpo_gym.algos.training.config import load_config
 
     study = load_study()
-    recipe = load_config(ROOT / "configs" / "searchqa_smollm2.yaml")
-    whole = load_config(ROOT / "configs" / "searchqa_smollm2.yaml", study.TRL_SETTINGS["whole-batch"])
-    paid = load_config(ROOT / "configs" / "searchqa_smollm2.yaml", study.TRL_SETTINGS["env-reward"])
+    config = ROOT / "configs" / "searchqa_smollm2.yaml"
+    recipe = load_config(config)
+    whole, paid, no_penalty, keep_tied = (load_config(config, study.TRL_SETTINGS[name])
+                                          for name in ("whole-batch", "env-reward", "no-penalty", "keep-tied"))
     rows = recipe.env.num_groups * recipe.env.group_size * 4  # SearchQA's 4-step cap: every row of an iteration
     assert whole.optim.mini_batch_size >= rows and whole.env == recipe.env
     assert (paid.reward.scale, paid.reward.source, paid.reward.invalid_action_penalty) == (1.0, "env", 0.0)
     assert not paid.optim.skip_zero_advantage and paid.optim.mini_batch_size == recipe.optim.mini_batch_size
-    no_penalty = load_config(ROOT / "configs" / "searchqa_smollm2.yaml", study.TRL_SETTINGS["no-penalty"])
     assert no_penalty.reward == dataclasses.replace(recipe.reward, invalid_action_penalty=0.0)
     assert no_penalty.optim == recipe.optim
-    keep_tied = load_config(ROOT / "configs" / "searchqa_smollm2.yaml", study.TRL_SETTINGS["keep-tied"])
     assert keep_tied.optim == dataclasses.replace(recipe.optim, skip_zero_advantage=False)
     assert keep_tied.reward == recipe.reward
 
