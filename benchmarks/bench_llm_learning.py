@@ -246,7 +246,8 @@ def has_graded_scores(episodes) -> bool:
 
 
 def paired_gain(before, after, key: str = "won") -> dict[str, float]:
-    """After - before on the same questions: mean, paired s.e. (per-question differences), unpaired s.e.
+    """After - before on the same questions: mean, paired s.e. (per-question differences), unpaired s.e., and how
+    many questions each side won.
 
     ``key``: the episode's outcome compared (``won``: EM / success; ``score``: WebShop's purchase score).
     """
@@ -256,7 +257,8 @@ def paired_gain(before, after, key: str = "won") -> dict[str, float]:
     diffs = np.array([a[t] - b[t] for t in common])
     unpaired = math.hypot(em_sem([b[t] for t in common])[1], em_sem([a[t] for t in common])[1])
     sem = float(diffs.std(ddof=1) / math.sqrt(len(diffs))) if len(diffs) > 1 else 0.0
-    return {"mean": float(diffs.mean()), "sem_paired": sem, "sem_unpaired": unpaired, "questions": len(common)}
+    return {"mean": float(diffs.mean()), "sem_paired": sem, "sem_unpaired": unpaired, "questions": len(common),
+            "won": int((diffs > 0).sum()), "lost": int((diffs < 0).sum())}
 
 
 def paired_score_gain(before, after) -> dict[str, float] | None:

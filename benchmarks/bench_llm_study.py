@@ -38,7 +38,7 @@ command.  A finished run keeps its checkpoints' weights but not their optimiser 
 its end.  After each stage its results so far go to ``--results``
 (``llm_study_searchqa.json`` / ``.png``, ``llm_study_webshop*``,
 ``llm_study_trl_settings.json``), leaving the other stages' files as they are;
-``--report`` only rewrites them all.  Each invocation appends its commit, command,
+``--report`` only rewrites those of ``--stages``.  Each invocation appends its commit, command,
 machine and start time to ``ROOT/study.json``.
 
 A study outlasts a sitting through ``--carry DIR`` (``benchmarks/results/llm_study_runs``,
@@ -315,8 +315,17 @@ def trl_settings_stage(args) -> None:
                 slim(b, seed, algo, f"-{name}")
 
 
+def trl_grpo_episodes(args, seed: int) -> list[dict[str, Any]] | None:
+    """TRL's GRPO model's test outcomes on ``seed``, from ``bench_trl_searchqa.py``'s carried evaluation in
+    ``--results`` (seed 0's in ``trl_searchqa_runs``, another seed's in ``trl_searchqa_runs_seed{S}``), or None."""
+    folder = "trl_searchqa_runs" if seed == 0 else f"trl_searchqa_runs_seed{seed}"
+    ev = _read(Path(args.results) / folder / "grpo" / "eval.json")
+    return None if ev is None else [{"task_id": task, "won": won} for task, won in ev["em"].items()]
+
+
 def trl_settings_results(args) -> dict[str, Any] | None:
-    """Every TRL setting's EM gain over the warm start per seed (paired by question), its mean over seeds, wall times."""
+    """Every TRL setting's EM gain over the warm start per seed (paired by question), its mean over seeds, wall times;
+    and, paired the same way, its difference from the recipe's run on that seed and TRL's GRPO's from it."""
     root = Path(searchqa_args(args).run_root)
     sft = _read(root / "after-sft" / "eval.json")
     if sft is None:
@@ -334,6 +343,12 @@ def trl_settings_results(args) -> dict[str, Any] | None:
                 gains[seed] = {"em": em(ev), "gain": bench.paired_gain(sft["episodes"], ev["episodes"]),
                                "train_seconds": summary.get("seconds"), "eval_seconds": ev["seconds"],
                                "rollout_success": [r["rollout/success"] for r in bench.read_metrics(run)]}
+                recipe = _read(root / f"seed{seed}-{algo}" / "eval.json") if name else None
+                if recipe is not None:
+                    gains[seed]["over_recipe"] = bench.paired_gain(recipe["episodes"], ev["episodes"])
+                trl = trl_grpo_episodes(args, seed)
+                if trl is not None:
+                    gains[seed]["trl_grpo_over_this"] = bench.paired_gain(ev["episodes"], trl)
             if gains:
                 key = f"{algo}-{name}" if name else f"{algo} (recipe)"
                 out["runs"][key] = {"per_seed": gains,
@@ -554,17 +569,17 @@ def paging_share(episodes) -> float:
     return sum("click[next >]" in a.lower() for a in actions) / max(len(actions), 1)
 
 
-#: The results files each stage writes (``--report`` writes them all): a stage leaves the others' files as they are.
+#: The results files each stage writes (``--report`` writes those of ``--stages``): a stage leaves the others' as they are.
 STAGE_RESULTS = {"searchqa": "searchqa", "grpo-settings": "searchqa", "webshop": "webshop", "teacher": "teacher",
                  "trl-settings": "trl-settings"}
 
 
-def write_results(args, stage: str | None = None) -> None:
-    """The results of what ROOT holds: ``stage``'s file (``STAGE_RESULTS``), or every one when None."""
+def write_results(args, stages) -> None:
+    """The results of what ROOT holds: the files of ``stages`` (``STAGE_RESULTS``), leaving the others' as they are."""
     out = Path(args.results)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"study": "bench_llm_study", "seeds": args.seeds, "overrides": args.set, "runs": _read(Path(args.root) / "study.json")}
-    wanted = set(STAGE_RESULTS.values()) if stage is None else {STAGE_RESULTS[stage]}
+    wanted = {STAGE_RESULTS[stage] for stage in stages}
     searchqa = searchqa_results(args) if "searchqa" in wanted else None
     if searchqa is not None:
         print_searchqa(searchqa)
@@ -660,7 +675,7 @@ def run_stage(args, stage: str) -> None:
     elif stage == "trl-settings":
         trl_settings_stage(args)
     print(f"== stage {stage} done in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
-    write_results(args, stage)
+    write_results(args, [stage])
 
 
 def parser() -> argparse.ArgumentParser:
@@ -690,7 +705,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for every run (repeatable)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, one per core)")
     p.add_argument("--keep-optimizer", action="store_true", help="keep finished runs' optimiser states")
-    p.add_argument("--report", action="store_true", help="only write the results of what ROOT holds")
+    p.add_argument("--report", action="store_true",
+                   help="only write the results of what ROOT holds: those of --stages (default: all)")
     p.add_argument("--carry", metavar="DIR", default=None,
                    help="results files of earlier sittings (the study's: benchmarks/results/llm_study_runs): copied "
                         "into ROOT at the start (what they hold is not run again), and ROOT's copied there after each "
@@ -705,7 +721,7 @@ def main(argv=None) -> None:
 
         torch.set_num_threads(args.threads)
     if args.report:
-        write_results(args)
+        write_results(args, args.stages)
         return
     if args.carry:
         carried = carry(Path(args.carry), Path(args.root))

@@ -195,3 +195,38 @@ def test_the_trl_settings_stage_trains_each_setting_from_the_shared_warm_start_a
     assert len(list((root / "warm-start").glob("*.safetensors"))) == 1  # one warm start for every setting
     # the stage writes only its own results file: the seed study's stays as the searchqa stage wrote it
     assert sorted(p.name for p in (tmp_path / "results").glob("*.json")) == ["llm_study_trl_settings.json"]
+
+
+def test_the_trl_settings_report_pairs_each_setting_with_the_recipe_and_trls_grpo_by_question(tmp_path):
+    study = load_study()
+    root, results = tmp_path / "study", tmp_path / "results"
+    questions = [f"q{i}" for i in range(6)]
+
+    def episodes(won):  # the outcome of each question, in order
+        return {"episodes": [{"task_id": q, "won": w} for q, w in zip(questions, won)], "seconds": 1.0}
+
+    evals = {"after-sft": [0, 0, 1, 1, 0, 0], "seed0-grpo": [0, 1, 1, 0, 0, 0],
+             "seed0-grpo-env-reward": [1, 1, 1, 0, 0, 1]}
+    for run, won in evals.items():
+        (root / "searchqa" / run).mkdir(parents=True)
+        (root / "searchqa" / run / "eval.json").write_text(json.dumps(episodes(won)))
+    trl = results / "trl_searchqa_runs" / "grpo"  # TRL's evaluation keeps EM per question id
+    trl.mkdir(parents=True)
+    (trl / "eval.json").write_text(json.dumps({"em": dict(zip(questions, [1, 1, 1, 1, 0, 0])), "seconds": 1.0}))
+    (results / "llm_study_searchqa.json").write_text("the seed study's, kept")
+
+    study.main(["--root", str(root), "--results", str(results), "--report", "--stages", "trl-settings",
+                "--seeds", "0", "--trl-seeds", "0"])
+    out = json.loads((results / "llm_study_trl_settings.json").read_text())
+    seed0 = out["runs"]["grpo-env-reward"]["per_seed"]["0"]
+    # env-reward - the recipe: +1 on q0 and q5, 0 elsewhere: mean 2/6, both questions won, none lost
+    assert seed0["over_recipe"]["mean"] == pytest.approx(2 / 6)
+    assert (seed0["over_recipe"]["won"], seed0["over_recipe"]["lost"], seed0["over_recipe"]["questions"]) == (2, 0, 6)
+    assert seed0["over_recipe"]["sem_paired"] == pytest.approx(math.sqrt((2 / 6) * (4 / 6) * 6 / 5 / 6))
+    # TRL's GRPO - env-reward: +1 on q3, -1 on q5
+    assert (seed0["trl_grpo_over_this"]["mean"], seed0["trl_grpo_over_this"]["won"],
+            seed0["trl_grpo_over_this"]["lost"]) == (0.0, 1, 1)
+    assert seed0["gain"]["mean"] == pytest.approx(2 / 6)  # over the warm start, as before
+    assert "over_recipe" not in out["runs"]["grpo (recipe)"]["per_seed"]["0"]
+    # --report with --stages rewrote that stage's file only
+    assert (results / "llm_study_searchqa.json").read_text() == "the seed study's, kept"
