@@ -325,13 +325,15 @@ def trl_grpo_episodes(args, seed: int) -> list[dict[str, Any]] | None:
 
 def trl_settings_results(args) -> dict[str, Any] | None:
     """Every TRL setting's EM gain over the warm start per seed (paired by question), its mean over seeds, wall times;
-    and, paired the same way, its difference from the recipe's run on that seed and TRL's GRPO's from it."""
+    and, paired the same way, its difference from the recipe's run on that seed, TRL's GRPO's from it, and GiGPO's
+    from GRPO's in the same setting (per seed and over seeds: the recipe's comparison, in that setting)."""
     root = Path(searchqa_args(args).run_root)
     sft = _read(root / "after-sft" / "eval.json")
     if sft is None:
         return None
-    out: dict[str, Any] = {"settings": {k: list(v) for k, v in TRL_SETTINGS.items()}, "runs": {}}
+    out: dict[str, Any] = {"settings": {k: list(v) for k, v in TRL_SETTINGS.items()}, "runs": {}, "gigpo_minus_grpo": {}}
     for name in ["", *TRL_SETTINGS]:
+        evals: dict[str, dict[int, Any]] = {}
         for algo in ALGOS:
             gains = {}
             for seed in sorted({*args.seeds, *args.trl_seeds}):
@@ -339,6 +341,7 @@ def trl_settings_results(args) -> dict[str, Any] | None:
                 ev = _read(run / "eval.json")
                 if ev is None:
                     continue
+                evals.setdefault(algo, {})[seed] = ev
                 summary = _read(run / "summary.json") or {}
                 gains[seed] = {"em": em(ev), "gain": bench.paired_gain(sft["episodes"], ev["episodes"]),
                                "train_seconds": summary.get("seconds"), "eval_seconds": ev["seconds"],
@@ -355,6 +358,11 @@ def trl_settings_results(args) -> dict[str, Any] | None:
                                     "over_seeds": over_seeds({s: g["gain"]["mean"] for s, g in gains.items()})}
                 print(f"{key:<22} " + "  ".join(f"seed {s} {100 * g['gain']['mean']:+5.1f} +- "
                                                  f"{100 * g['gain']['sem_paired']:.1f}" for s, g in gains.items()))
+        both = sorted(set(evals.get("gigpo", {})) & set(evals.get("grpo", {})))
+        if both:
+            diffs = {s: bench.paired_gain(evals["grpo"][s]["episodes"], evals["gigpo"][s]["episodes"]) for s in both}
+            out["gigpo_minus_grpo"][name or "recipe"] = {
+                "per_seed": diffs, "over_seeds": over_seeds({s: d["mean"] for s, d in diffs.items()})}
     return out
 
 

@@ -206,7 +206,7 @@ def test_the_trl_settings_report_pairs_each_setting_with_the_recipe_and_trls_grp
         return {"episodes": [{"task_id": q, "won": w} for q, w in zip(questions, won)], "seconds": 1.0}
 
     evals = {"after-sft": [0, 0, 1, 1, 0, 0], "seed0-grpo": [0, 1, 1, 0, 0, 0],
-             "seed0-grpo-env-reward": [1, 1, 1, 0, 0, 1]}
+             "seed0-grpo-env-reward": [1, 1, 1, 0, 0, 1], "seed0-gigpo-env-reward": [1, 1, 1, 1, 1, 0]}
     for run, won in evals.items():
         (root / "searchqa" / run).mkdir(parents=True)
         (root / "searchqa" / run / "eval.json").write_text(json.dumps(episodes(won)))
@@ -228,5 +228,10 @@ def test_the_trl_settings_report_pairs_each_setting_with_the_recipe_and_trls_grp
             seed0["trl_grpo_over_this"]["lost"]) == (0.0, 1, 1)
     assert seed0["gain"]["mean"] == pytest.approx(2 / 6)  # over the warm start, as before
     assert "over_recipe" not in out["runs"]["grpo (recipe)"]["per_seed"]["0"]
+    # GiGPO - GRPO in the setting: +1 on q3 and q4, -1 on q5; only where both algorithms ran
+    assert list(out["gigpo_minus_grpo"]) == ["env-reward"]
+    gigpo_over_grpo = out["gigpo_minus_grpo"]["env-reward"]["per_seed"]["0"]
+    assert (gigpo_over_grpo["mean"], gigpo_over_grpo["won"], gigpo_over_grpo["lost"]) == (pytest.approx(1 / 6), 2, 1)
+    assert out["gigpo_minus_grpo"]["env-reward"]["over_seeds"]["mean"] == pytest.approx(1 / 6)
     # --report with --stages rewrote that stage's file only
     assert (results / "llm_study_searchqa.json").read_text() == "the seed study's, kept"
