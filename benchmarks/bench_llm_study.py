@@ -332,11 +332,14 @@ def trl_settings_results(args) -> dict[str, Any] | None:
     if sft is None:
         return None
     out: dict[str, Any] = {"settings": {k: list(v) for k, v in TRL_SETTINGS.items()}, "runs": {}, "gigpo_minus_grpo": {}}
+    seeds = sorted({*args.seeds, *args.trl_seeds})
+    trl_by_seed = {seed: trl_grpo_episodes(args, seed) for seed in seeds}
+    evals_by_setting: dict[str, dict[str, dict[int, Any]]] = {}  # the recipe's ("") first: the others pair with it
     for name in ["", *TRL_SETTINGS]:
-        evals: dict[str, dict[int, Any]] = {}
+        evals = evals_by_setting.setdefault(name, {})
         for algo in ALGOS:
             gains = {}
-            for seed in sorted({*args.seeds, *args.trl_seeds}):
+            for seed in seeds:
                 run = root / f"seed{seed}-{algo}{'-' + name if name else ''}"
                 ev = _read(run / "eval.json")
                 if ev is None:
@@ -346,21 +349,21 @@ def trl_settings_results(args) -> dict[str, Any] | None:
                 gains[seed] = {"em": em(ev), "gain": bench.paired_gain(sft["episodes"], ev["episodes"]),
                                "train_seconds": summary.get("seconds"), "eval_seconds": ev["seconds"],
                                "rollout_success": [r["rollout/success"] for r in bench.read_metrics(run)]}
-                recipe = _read(root / f"seed{seed}-{algo}" / "eval.json") if name else None
+                recipe = evals_by_setting[""].get(algo, {}).get(seed) if name else None
                 if recipe is not None:
                     gains[seed]["over_recipe"] = bench.paired_gain(recipe["episodes"], ev["episodes"])
-                trl = trl_grpo_episodes(args, seed)
-                if trl is not None:
-                    gains[seed]["trl_grpo_over_this"] = bench.paired_gain(ev["episodes"], trl)
+                if trl_by_seed[seed] is not None:
+                    gains[seed]["trl_grpo_over_this"] = bench.paired_gain(ev["episodes"], trl_by_seed[seed])
             if gains:
                 key = f"{algo}-{name}" if name else f"{algo} (recipe)"
                 out["runs"][key] = {"per_seed": gains,
                                     "over_seeds": over_seeds({s: g["gain"]["mean"] for s, g in gains.items()})}
                 print(f"{key:<22} " + "  ".join(f"seed {s} {100 * g['gain']['mean']:+5.1f} +- "
                                                  f"{100 * g['gain']['sem_paired']:.1f}" for s, g in gains.items()))
-        both = sorted(set(evals.get("gigpo", {})) & set(evals.get("grpo", {})))
-        if both:
-            diffs = {s: bench.paired_gain(evals["grpo"][s]["episodes"], evals["gigpo"][s]["episodes"]) for s in both}
+        paired_seeds = sorted(set(evals.get("gigpo", {})) & set(evals.get("grpo", {})))
+        if paired_seeds:
+            diffs = {s: bench.paired_gain(evals["grpo"][s]["episodes"], evals["gigpo"][s]["episodes"])
+                     for s in paired_seeds}
             out["gigpo_minus_grpo"][name or "recipe"] = {
                 "per_seed": diffs, "over_seeds": over_seeds({s: d["mean"] for s, d in diffs.items()})}
     return out
