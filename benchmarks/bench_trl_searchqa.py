@@ -67,13 +67,13 @@ def sft(args, root: Path) -> Path:
     carried = json.loads((out / "done.json").read_text()) if (out / "done.json").is_file() else None
     start = time.time()
     tokenizer = with_tool_template(AutoTokenizer.from_pretrained(str(smollm2_path())))
-    data = expert_conversations(ENV_ID, "train", n=args.sft_episodes, seed=args.seed, tokenizer=tokenizer,
+    data = expert_conversations(ENV_ID, "train", n=args.sft_episodes, seed=args.sft_seed, tokenizer=tokenizer,
                                 max_observation_tokens=args.max_observation_tokens, **ENV_KWARGS)
     config = SFTConfig(output_dir=str(out / "trainer"), max_steps=args.sft_steps, per_device_train_batch_size=1,
                        gradient_accumulation_steps=8,
                        learning_rate=args.lr, lr_scheduler_type="constant", logging_steps=1, report_to=[],
                        save_strategy="steps", save_steps=5, save_total_limit=1, use_cpu=True, bf16=False,
-                       activation_checkpointing=False, assistant_only_loss=True, seed=args.seed)
+                       activation_checkpointing=False, assistant_only_loss=True, seed=args.sft_seed)
     trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(str(smollm2_path())), args=config,
                          train_dataset=data.remove_columns(["reward"]), processing_class=tokenizer)
     trainer.train(resume_from_checkpoint=last_checkpoint(out / "trainer"))
@@ -302,7 +302,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2,
                         help="torch threads; part of what reproduces a run exactly (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0,
-                        help="training seed; the SFT transcripts draw with it, the RL task rows with seed + 1 "
+                        help="RL seed: the RL task rows draw with seed + 1, TRL's sampling with seed "
+                             "(default: %(default)s)")
+    parser.add_argument("--sft-seed", type=int, default=0,
+                        help="the warm start's seed: its transcripts and SFT draw with it. Every RL seed starts from "
+                             "the same warm start, as in bench_llm_study.py, so seeds differ in RL alone; copy its "
+                             "carried sft/ files into another seed's --carry to skip evaluating it again "
                              "(default: %(default)s)")
     parser.add_argument("--algos", default="grpo,gigpo",
                         help="RL stages after SFT, comma-separated; empty: SFT and its evaluation only "
