@@ -90,3 +90,37 @@ def test_a_resumed_stage_reports_the_training_time_of_every_sitting():
                                         {"step": 3, "step_time": 20.0}, {"train_runtime": 25.0, "step": 3}]}
     assert bench.train_seconds(resumed) == 90.0
     assert bench.train_seconds({"seconds": 928.5, "log": [{"loss": 1.09, "step": 1}]}) == 928.5  # SFT logs none
+
+
+def test_every_rl_seed_starts_from_the_warm_start_of_sft_seed(tmp_path, monkeypatch):
+    import transformers
+    import trl
+
+    import gigpo_gym.algos.policies.smollm as smollm
+    import gigpo_gym.integrations.trl as trl_integration
+
+    bench = load_bench()
+    drawn = {}
+
+    class Stop(Exception):
+        pass
+
+    def expert_conversations(*args, seed, **kwargs):
+        drawn["transcripts"] = seed
+        return None
+
+    def sft_config(**kwargs):
+        drawn["trainer"] = kwargs["seed"]
+        raise Stop
+
+    monkeypatch.setattr(smollm, "smollm2_path", lambda: tmp_path)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: None)
+    monkeypatch.setattr(trl_integration, "with_tool_template", lambda tokenizer: tokenizer)
+    monkeypatch.setattr(trl_integration, "expert_conversations", expert_conversations)
+    monkeypatch.setattr(trl, "SFTConfig", sft_config)
+    args = argparse.Namespace(seed=1, sft_seed=0, sft_episodes=4, sft_steps=1, lr=1e-5, max_observation_tokens=16)
+    try:
+        bench.sft(args, tmp_path)
+    except Stop:
+        pass
+    assert drawn == {"transcripts": 0, "trainer": 0}  # the RL seed (1) leaves the warm start alone
