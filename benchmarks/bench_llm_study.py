@@ -26,7 +26,8 @@ One command runs the whole study, stage by stage, in this order:
    same warm start, one setting at a time moved to what TRL's ``GRPOTrainer`` does
    (``--trl-settings``, named in ``TRL_SETTINGS``), each for ``--trl-seeds`` and
    ``--trl-algos``, evaluated on the test questions like the recipe's runs
-   (``seed{S}-{algo}-{setting}``).
+   (``seed{S}-{algo}-{setting}``).  The recipe before 2026-12-02 (an optimiser step per
+   32 turns) is the setting ``mini-batch-32``: its runs of the other stages are there.
 
     python benchmarks/bench_llm_study.py --root runs/study --threads 2 \
         --carry benchmarks/results/llm_study_runs
@@ -72,8 +73,6 @@ import bench_llm_learning as bench  # noqa: E402  (warm start, runs, evaluations
 ROOT = HERE.parent
 STAGES = ("searchqa", "grpo-settings", "webshop", "teacher", "trl-settings")
 ALGOS = ("gigpo", "grpo")
-#: The committed seed-0 run of the recipe, which this study's seed 0 reruns.
-COMMITTED_SEARCHQA = ROOT / "benchmarks" / "results" / "llm_searchqa_15it.json"
 
 
 # -- the benchmark's arguments per stage ----------------------------------------------
@@ -111,16 +110,17 @@ def setting_args(args, lr: str | None) -> tuple[argparse.Namespace, str]:
 
 #: The recipe's settings moved to TRL's GRPOTrainer's (benchmarks/bench_trl_searchqa.py), one per entry: the
 #: overrides of each.  TRL's learning rate (2e-5), KL coefficient (beta 0.01, k3), clip (0.2), std-normalised
-#: group advantages and token-level loss (its "dapo" default: the summed token terms over the step's token
-#: count, as the package's loss over a mini-batch) are the recipe's already.
+#: group advantages, token-level loss (its "dapo" default: the summed token terms over the step's token count, as
+#: the package's loss over a mini-batch) and one optimiser step per iteration over all 64 episodes are the
+#: recipe's already (the last since 2026-12-02: this stage measured it as "whole-batch", and it became the recipe).
 TRL_SETTINGS = {
-    # TRL takes one optimiser step per iteration over all 64 episodes; the recipe steps per 32 turns
-    "whole-batch": ("optim.mini_batch_size=100000",),
-    # TRL pays the env's 0/1 and keeps every episode in the loss's token count
-    "env-reward": ("reward.scale=1.0", "reward.source=env", "reward.invalid_action_penalty=0.0",
-                   "optim.skip_zero_advantage=false"),
+    # the recipe until 2026-12-02: an optimiser step per 32 turns, about 38 over 15 iterations
+    "mini-batch-32": ("optim.mini_batch_size=32",),
+    # TRL pays the env's 0/1 and keeps every episode in the loss's token count; measured on mini-batches of 32
+    "env-reward": ("optim.mini_batch_size=32", "reward.scale=1.0", "reward.source=env",
+                   "reward.invalid_action_penalty=0.0", "optim.skip_zero_advantage=false"),
 }
-TRL_SETTINGS["both"] = TRL_SETTINGS["whole-batch"] + TRL_SETTINGS["env-reward"]
+TRL_SETTINGS["both"] = TRL_SETTINGS["env-reward"][1:]  # TRL's reward on the recipe's one step per iteration
 # env-reward's two changes one at a time (its reward scale alone changes nothing: advantages are
 # divided by the group's spread): the invalid-action penalty, which that division blows up in a
 # group whose episodes tied, and the tied groups themselves, which the recipe leaves out
@@ -325,8 +325,9 @@ def trl_grpo_episodes(args, seed: int) -> list[dict[str, Any]] | None:
 
 def trl_settings_results(args) -> dict[str, Any] | None:
     """Every TRL setting's EM gain over the warm start per seed (paired by question), its mean over seeds, wall times;
-    and, paired the same way, its difference from the recipe's run on that seed, TRL's GRPO's from it, and GiGPO's
-    from GRPO's in the same setting (per seed and over seeds: the recipe's comparison, in that setting)."""
+    and, paired the same way, its difference from the recipe's run on that seed (per seed and over seeds), TRL's
+    GRPO's from it, and GiGPO's from GRPO's in the same setting (per seed and over seeds: the recipe's comparison,
+    in that setting)."""
     root = Path(searchqa_args(args).run_root)
     sft = _read(root / "after-sft" / "eval.json")
     if sft is None:
@@ -345,9 +346,8 @@ def trl_settings_results(args) -> dict[str, Any] | None:
                 if ev is None:
                     continue
                 evals.setdefault(algo, {})[seed] = ev
-                summary = _read(run / "summary.json") or {}
                 gains[seed] = {"em": em(ev), "gain": bench.paired_gain(sft["episodes"], ev["episodes"]),
-                               "train_seconds": summary.get("seconds"), "eval_seconds": ev["seconds"],
+                               "train_seconds": train_seconds(run), "eval_seconds": ev["seconds"],
                                "rollout_success": [r["rollout/success"] for r in bench.read_metrics(run)]}
                 recipe = evals_by_setting[""].get(algo, {}).get(seed) if name else None
                 if recipe is not None:
@@ -358,6 +358,9 @@ def trl_settings_results(args) -> dict[str, Any] | None:
                 key = f"{algo}-{name}" if name else f"{algo} (recipe)"
                 out["runs"][key] = {"per_seed": gains,
                                     "over_seeds": over_seeds({s: g["gain"]["mean"] for s, g in gains.items()})}
+                paired = {s: g["over_recipe"]["mean"] for s, g in gains.items() if "over_recipe" in g}
+                if paired:
+                    out["runs"][key]["over_recipe_over_seeds"] = over_seeds(paired)
                 print(f"{key:<22} " + "  ".join(f"seed {s} {100 * g['gain']['mean']:+5.1f} +- "
                                                  f"{100 * g['gain']['sem_paired']:.1f}" for s, g in gains.items()))
         paired_seeds = sorted(set(evals.get("gigpo", {})) & set(evals.get("grpo", {})))
@@ -424,6 +427,13 @@ def em(ev) -> float:
     return float(np.mean([e["won"] for e in ev["episodes"]]))
 
 
+def train_seconds(run: Path) -> float | None:
+    """A run's training time: its iterations' own, summed from its log (a resumed run's summary counts only since the
+    resume)."""
+    rows = bench.read_metrics(run)
+    return float(sum(r.get("time/iteration_seconds", 0.0) for r in rows)) if rows else None
+
+
 def over_seeds(diffs: dict[int, float]) -> dict[str, Any]:
     """Paired differences over seeds: mean, s.e., 95% Student-t interval (n-1 df), seeds favouring each side."""
     values = list(diffs.values())
@@ -434,7 +444,7 @@ def over_seeds(diffs: dict[int, float]) -> dict[str, Any]:
 
 
 def searchqa_results(args) -> dict[str, Any] | None:
-    """Per-seed table, GiGPO - GRPO over seeds (recipe and chosen GRPO), curves, the seed-0 rerun check."""
+    """Per-seed table, GiGPO - GRPO over seeds (recipe and chosen GRPO), curves."""
     b = searchqa_args(args)
     root = Path(b.run_root)
     evals = {p.parent.name: json.loads(p.read_text()) for p in sorted(root.glob("*/eval.json"))}
@@ -452,9 +462,8 @@ def searchqa_results(args) -> dict[str, Any] | None:
             if ev is None:
                 continue
             folder = root / f"seed{s}-{name}"
-            summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").is_file() else {}
             row[name] = {"em": em(ev), "gain": bench.paired_gain(sft, ev["episodes"]), "eval_seconds": ev["seconds"],
-                         "train_seconds": summary.get("seconds"),
+                         "train_seconds": train_seconds(folder),
                          "rollout_success": [r["rollout/success"] for r in bench.read_metrics(folder)]}
         for other in names[1:]:
             if "gigpo" in row and other in row:
@@ -468,26 +477,7 @@ def searchqa_results(args) -> dict[str, Any] | None:
     for other in names[1:]:
         key = f"gigpo - {other}"
         result["over_seeds"][key] = over_seeds({s: r[key]["mean"] for s, r in per_seed.items() if key in r})
-    result["seed0_rerun"] = rerun_check(evals, root) if not args.set else {}  # overrides: not the recipe
     return result
-
-
-def rerun_check(evals, root: Path) -> dict[str, Any]:
-    """Seed 0's rerun against the committed ``llm_searchqa_15it.json``: held-out EM and training curves alike?"""
-    if not COMMITTED_SEARCHQA.is_file():
-        return {}
-    old = json.loads(COMMITTED_SEARCHQA.read_text())
-    out = {}
-    for name in ("after-sft", "seed0-gigpo", "seed0-grpo"):
-        if name in evals and name in old["points"]:
-            out[f"{name} em"] = {"committed": old["points"][name]["em"], "rerun": em(evals[name]),
-                                 "same": abs(old["points"][name]["em"] - em(evals[name])) < 1e-12}
-        if name in old.get("runs", {}) and (root / name).is_dir():
-            curve = [r["rollout/success"] for r in bench.read_metrics(root / name)]
-            if curve:
-                out[f"{name} rollout success"] = {"committed": old["runs"][name]["rollout_success"], "rerun": curve,
-                                                  "same": curve == old["runs"][name]["rollout_success"]}
-    return out
 
 
 def _read(path: Path) -> Any:
@@ -510,8 +500,6 @@ def print_searchqa(result) -> None:
         print("GRPO settings, validation EM over seeds: "
               + ", ".join(f"{n} {100 * v:.1f}" for n, v in result["grpo_validation_means"].items())
               + (f"  -> {result['grpo_chosen']}" if result["grpo_chosen"] else "  (not all evaluated yet)"))
-    for key, c in result["seed0_rerun"].items():
-        print(f"seed-0 rerun vs committed: {key}: {'same' if c['same'] else 'differs'}")
 
 
 def plot_searchqa(result, path: Path) -> None:
@@ -709,7 +697,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--webshop-config", default=str(ROOT / "configs" / "webshop_smollm2.yaml"))
     p.add_argument("--leaderboard-spec", default="webshop-test",
                    help="the leaderboard spec of the WebShop models' rows (written to --results)")
-    p.add_argument("--trl-settings", nargs="+", choices=list(TRL_SETTINGS), default=["whole-batch", "env-reward"],
+    p.add_argument("--trl-settings", nargs="+", choices=list(TRL_SETTINGS), default=["mini-batch-32", "env-reward", "both"],
                    help="stage trl-settings: the settings moved to TRL's, one run each per seed and algorithm")
     p.add_argument("--trl-seeds", nargs="+", type=int, default=[0, 1], help="stage trl-settings: training seeds")
     p.add_argument("--trl-algos", nargs="+", choices=ALGOS, default=["grpo"], help="stage trl-settings: algorithms")

@@ -259,7 +259,7 @@ def timed_iteration(trainer, iteration: int) -> tuple[dict, object]:
         "advantage_s": m["time/advantage_seconds"],
         "update_s": t2 - t1, "rows": len(rollout), "generated_tokens": rollout.generated_tokens,
         "prompt_tokens": sum(len(p) for p in rollout.prompt_ids), "padding_share": m["train/padding_share"],
-        "optimizer_steps": -(-int(m["train/rows_used"]) // trainer.cfg.optim.mini_batch_size) * trainer.cfg.optim.epochs,
+        "optimizer_steps": int(m["train/optimizer_steps"]),
         "peak_memory_mb": peak_memory_mb(trainer.device),
         "prompt_lengths": [len(p) for p in rollout.prompt_ids], "response_lengths": [len(r) for r in rollout.response_ids],
         "step_ids": list(rollout.step_ids),

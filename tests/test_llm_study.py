@@ -165,12 +165,13 @@ def test_each_trl_setting_moves_only_its_own_fields_of_the_searchqa_recipe():
     study = load_study()
     config = ROOT / "configs" / "searchqa_smollm2.yaml"
     recipe = load_config(config)
-    whole, paid, no_penalty, keep_tied = (load_config(config, study.TRL_SETTINGS[name])
-                                          for name in ("whole-batch", "env-reward", "no-penalty", "keep-tied"))
-    rows = recipe.env.num_groups * recipe.env.group_size * 4  # SearchQA's 4-step cap: every row of an iteration
-    assert whole.optim.mini_batch_size >= rows and whole.env == recipe.env
+    before, paid, both, no_penalty, keep_tied = (load_config(config, study.TRL_SETTINGS[name]) for name in
+                                                 ("mini-batch-32", "env-reward", "both", "no-penalty", "keep-tied"))
+    assert recipe.optim.mini_batch_size is None  # one optimiser step per iteration, as TRL
+    assert before.optim == dataclasses.replace(recipe.optim, mini_batch_size=32) and before.reward == recipe.reward
     assert (paid.reward.scale, paid.reward.source, paid.reward.invalid_action_penalty) == (1.0, "env", 0.0)
-    assert not paid.optim.skip_zero_advantage and paid.optim.mini_batch_size == recipe.optim.mini_batch_size
+    assert paid.optim == dataclasses.replace(before.optim, skip_zero_advantage=False) and paid.env == recipe.env
+    assert both.reward == paid.reward and both.optim == dataclasses.replace(recipe.optim, skip_zero_advantage=False)
     assert no_penalty.reward == dataclasses.replace(recipe.reward, invalid_action_penalty=0.0)
     assert no_penalty.optim == recipe.optim
     assert keep_tied.optim == dataclasses.replace(recipe.optim, skip_zero_advantage=False)
@@ -181,16 +182,16 @@ def test_each_trl_setting_moves_only_its_own_fields_of_the_searchqa_recipe():
 def test_the_trl_settings_stage_trains_each_setting_from_the_shared_warm_start_and_reports_its_gain(tmp_path):
     study = load_study()
     argv = ["--root", str(tmp_path / "study"), "--results", str(tmp_path / "results"), "--stages", "trl-settings",
-            "--trl-seeds", "0", "--trl-settings", "whole-batch", "env-reward", "--questions", "2",
+            "--trl-seeds", "0", "--trl-settings", "mini-batch-32", "env-reward", "--questions", "2",
             *(x for o in TINY for x in ("--set", o))]
     study.main(argv)
     root = tmp_path / "study" / "searchqa"
     assert [p.name for p in sorted(root.glob("*/eval.json"))] == ["eval.json"] * 3
     assert sorted(p.parent.name for p in root.glob("*/eval.json")) == [
-        "after-sft", "seed0-grpo-env-reward", "seed0-grpo-whole-batch"]
-    assert "mini_batch_size: 100000" in (root / "seed0-grpo-whole-batch" / "config.yaml").read_text()
+        "after-sft", "seed0-grpo-env-reward", "seed0-grpo-mini-batch-32"]
+    assert "mini_batch_size: 32" in (root / "seed0-grpo-mini-batch-32" / "config.yaml").read_text()
     result = json.loads((tmp_path / "results" / "llm_study_trl_settings.json").read_text())
-    assert set(result["runs"]) == {"grpo-whole-batch", "grpo-env-reward"}
+    assert set(result["runs"]) == {"grpo-mini-batch-32", "grpo-env-reward"}
     assert list(result["runs"]["grpo-env-reward"]["per_seed"]) == ["0"]
     assert len(list((root / "warm-start").glob("*.safetensors"))) == 1  # one warm start for every setting
     # the stage writes only its own results file: the seed study's stays as the searchqa stage wrote it
@@ -210,6 +211,10 @@ def test_the_trl_settings_report_pairs_each_setting_with_the_recipe_and_trls_grp
     for run, won in evals.items():
         (root / "searchqa" / run).mkdir(parents=True)
         (root / "searchqa" / run / "eval.json").write_text(json.dumps(episodes(won)))
+    resumed = root / "searchqa" / "seed0-grpo-env-reward"  # resumed after iteration 1: its summary counts from there
+    (resumed / "metrics.jsonl").write_text("".join(json.dumps({"iteration": i, "rollout/success": 0.5,
+                                                                "time/iteration_seconds": 60.0}) + "\n" for i in (1, 2)))
+    (resumed / "summary.json").write_text(json.dumps({"seconds": 70.0}))
     trl = results / "trl_searchqa_runs" / "grpo"  # TRL's evaluation keeps EM per question id
     trl.mkdir(parents=True)
     (trl / "eval.json").write_text(json.dumps({"em": dict(zip(questions, [1, 1, 1, 1, 0, 0])), "seconds": 1.0}))
@@ -227,7 +232,9 @@ def test_the_trl_settings_report_pairs_each_setting_with_the_recipe_and_trls_grp
     assert (seed0["trl_grpo_over_this"]["mean"], seed0["trl_grpo_over_this"]["won"],
             seed0["trl_grpo_over_this"]["lost"]) == (0.0, 1, 1)
     assert seed0["gain"]["mean"] == pytest.approx(2 / 6)  # over the warm start, as before
+    assert seed0["train_seconds"] == 120.0 and seed0["rollout_success"] == [0.5, 0.5]  # both iterations' time
     assert "over_recipe" not in out["runs"]["grpo (recipe)"]["per_seed"]["0"]
+    assert out["runs"]["grpo-env-reward"]["over_recipe_over_seeds"]["mean"] == pytest.approx(2 / 6)
     # GiGPO - GRPO in the setting: +1 on q3 and q4, -1 on q5; only where both algorithms ran
     assert list(out["gigpo_minus_grpo"]) == ["env-reward"]
     gigpo_over_grpo = out["gigpo_minus_grpo"]["env-reward"]["per_seed"]["0"]

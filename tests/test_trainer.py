@@ -101,6 +101,25 @@ def test_a_resumed_run_trains_exactly_as_one_uninterrupted_run(tmp_path):
     assert [r["iteration"] for r in records("stopped")] == [1, 2, 3] and records("stopped") == records("straight")
 
 
+def test_a_null_mini_batch_takes_one_optimiser_step_per_epoch_over_all_the_iteration_s_rows(tmp_path):
+    """``optim.mini_batch_size: null`` is TRL's granularity: every row in one step, as a mini-batch larger than them all."""
+    def train(size):
+        cfg = small_config(tmp_path / size, f"optim.mini_batch_size={size}", "optim.epochs=2", "iterations=1")
+        policy = build_policy(cfg)
+        run_training(cfg, policy=policy, echo=lambda *_: None)
+        record = json.loads((Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()[-1])
+        return record, dict(policy.named_parameters())
+
+    whole, whole_weights = train("null")
+    larger, larger_weights = train("100000")
+    split, _ = train("8")
+    assert whole["train/rows_used"] > 8  # so that mini-batches of 8 take more than one step an epoch
+    assert whole["train/optimizer_steps"] == larger["train/optimizer_steps"] == 2
+    assert split["train/optimizer_steps"] > 2
+    for name, p in whole_weights.items():
+        assert torch.equal(p, larger_weights[name]), name
+
+
 def test_a_kl_reset_anchors_the_kl_to_the_policy_of_its_iteration_and_a_resume_finds_it(tmp_path):
     from safetensors.torch import load_file
 

@@ -253,8 +253,8 @@ class OptimConfig:
     """AdamW weight decay."""
     epochs: int = 1
     """Passes over each rollout."""
-    mini_batch_size: int = 256
-    """Rows per optimiser step."""
+    mini_batch_size: int | None = 256
+    """Rows per optimiser step; null: all of the iteration's rows, one optimiser step per epoch (as TRL's GRPOTrainer)."""
     micro_batch_size: int = 16
     """Rows per forward/backward (gradient accumulation up to the mini-batch), where micro_batch_tokens does not set them."""
     micro_batch_tokens: int | Literal["auto"] | None = "auto"
@@ -288,7 +288,7 @@ class OptimConfig:
         _at_least(self, ("epochs", 1), ("micro_batch_size", 1), ("warmup_iterations", 0), ("kl_reset_every", 0))
         if isinstance(self.micro_batch_tokens, int) and self.micro_batch_tokens < 1:
             raise ConfigError(f"micro_batch_tokens must be >= 1, 'auto' or null, got {self.micro_batch_tokens}")
-        if self.mini_batch_size < self.micro_batch_size:
+        if self.mini_batch_size is not None and self.mini_batch_size < self.micro_batch_size:
             raise ConfigError(f"mini_batch_size ({self.mini_batch_size}) must be >= micro_batch_size "
                               f"({self.micro_batch_size}): a mini-batch is made of whole micro-batches")
         if self.kl_max is not None and not self.kl_max > 0:

@@ -634,8 +634,9 @@ class Trainer:
         self.engine.train()
         for _ in range(o.epochs):
             order = rng.permutation(rows.kept)
-            for start in range(0, len(order), o.mini_batch_size):
-                mini = order[start : start + o.mini_batch_size]
+            size = o.mini_batch_size or max(len(order), 1)  # null: the whole iteration in one step
+            for start in range(0, len(order), size):
+                mini = order[start : start + size]
                 token_count = float(len(mini) if o.loss_over == "choices" else whole.response_lengths[mini].sum())
                 mine, calls = self._micro_batches(mini, whole.owner, total)
                 used += mine
@@ -668,6 +669,7 @@ class Trainer:
         m = {f"train/{k}": v / updates for k, v in zip(summed, totals) if norms}
         if norms:
             m["train/grad_norm"] = float(np.mean(norms))
+        m["train/optimizer_steps"] = float(len(norms))
         m["train/padding_share"] = padding_share(used, total)  # of this process's micro-batches
         m["time/optimize_seconds"] = time.perf_counter() - started  # forward, backward and the optimiser steps
         m["time/step_seconds"] = step_seconds  # the optimiser steps alone (clipping included)
