@@ -27,7 +27,8 @@ One command runs the whole study, stage by stage, in this order:
    (``--trl-settings``, named in ``TRL_SETTINGS``), each for ``--trl-seeds`` and
    ``--trl-algos``, evaluated on the test questions like the recipe's runs
    (``seed{S}-{algo}-{setting}``).  The recipe before 2026-12-02 (an optimiser step per
-   32 turns) is the setting ``mini-batch-32``: its runs of the other stages are there.
+   32 turns) is the setting ``mini-batch-32``: the carried runs that stages 1 and 2 made
+   with it are named after it.
 
     python benchmarks/bench_llm_study.py --root runs/study --threads 2 \
         --carry benchmarks/results/llm_study_runs
