@@ -347,9 +347,7 @@ def trl_settings_results(args) -> dict[str, Any] | None:
                 if ev is None:
                     continue
                 evals.setdefault(algo, {})[seed] = ev
-                gains[seed] = {"em": em(ev), "gain": bench.paired_gain(sft["episodes"], ev["episodes"]),
-                               "train_seconds": train_seconds(run), "eval_seconds": ev["seconds"],
-                               "rollout_success": [r["rollout/success"] for r in bench.read_metrics(run)]}
+                gains[seed] = run_result(sft["episodes"], ev, run)
                 recipe = evals_by_setting[""].get(algo, {}).get(seed) if name else None
                 if recipe is not None:
                     gains[seed]["over_recipe"] = bench.paired_gain(recipe["episodes"], ev["episodes"])
@@ -428,11 +426,14 @@ def em(ev) -> float:
     return float(np.mean([e["won"] for e in ev["episodes"]]))
 
 
-def train_seconds(run: Path) -> float | None:
-    """A run's training time: its iterations' own, summed from its log (a resumed run's summary counts only since the
-    resume)."""
+def run_result(sft_episodes, ev, run: Path) -> dict[str, Any]:
+    """One evaluated run: its EM, its gain over the warm start paired by question, its training-rollout curve and
+    wall times.  Training time is the iterations' own, summed from its log: a resumed run's summary counts only since
+    the resume."""
     rows = bench.read_metrics(run)
-    return float(sum(r.get("time/iteration_seconds", 0.0) for r in rows)) if rows else None
+    return {"em": em(ev), "gain": bench.paired_gain(sft_episodes, ev["episodes"]), "eval_seconds": ev["seconds"],
+            "train_seconds": float(sum(r.get("time/iteration_seconds", 0.0) for r in rows)) if rows else None,
+            "rollout_success": [r["rollout/success"] for r in rows]}
 
 
 def over_seeds(diffs: dict[int, float]) -> dict[str, Any]:
@@ -463,9 +464,7 @@ def searchqa_results(args) -> dict[str, Any] | None:
             if ev is None:
                 continue
             folder = root / f"seed{s}-{name}"
-            row[name] = {"em": em(ev), "gain": bench.paired_gain(sft, ev["episodes"]), "eval_seconds": ev["seconds"],
-                         "train_seconds": train_seconds(folder),
-                         "rollout_success": [r["rollout/success"] for r in bench.read_metrics(folder)]}
+            row[name] = run_result(sft, ev, folder)
         for other in names[1:]:
             if "gigpo" in row and other in row:
                 row[f"gigpo - {other}"] = bench.paired_gain(evals[f"seed{s}-{other}"]["episodes"],
