@@ -553,7 +553,6 @@ def iteration_worker(args: argparse.Namespace) -> dict:
     import transformers
 
     from gigpo_gym.algos.cli import resolve_config
-    from gigpo_gym.algos.policies.hf import decoder_for
     from gigpo_gym.algos.training.config import load_config
     from gigpo_gym.algos.training.trainer import Trainer
 
@@ -579,7 +578,7 @@ def iteration_worker(args: argparse.Namespace) -> dict:
             report.update(shape=shape, attention=trainer.scorer.model.config._attn_implementation,
                           optimizer_fused=bool(trainer.optimizer.defaults.get("fused")),
                           tf32=torch.backends.cuda.matmul.allow_tf32,
-                          decoder=decoder_for(trainer.scorer.decoder, trainer.device),
+                          decoder=trainer.scorer.resolved_decoder(),
                           rollout_dtype=trainer.scorer.rollout_dtype, micro_batch_tokens=trainer.micro_batch_tokens,
                           gradient_checkpointing=trainer.policy.gradient_checkpointing)
             save(f"trainer ready, card {report['card']['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s")
@@ -947,7 +946,7 @@ def main() -> int:
     p.add_argument("--max-new-tokens", type=int, help="tokens per answer (default: the recipe's 512; dry run 8)")
     p.add_argument("--budget-s", type=float, default=300.0, help="seconds for all steps together (default 300)")
     optional = [name for name in LIMITS if name != "model"]
-    p.add_argument("--skip", nargs="+", default=[], choices=optional, metavar="STEP",
+    p.add_argument("--skip", nargs="+", action="extend", default=[], choices=optional, metavar="STEP",
                    help=f"steps not to run: {', '.join(optional)}")
     p.add_argument("--results-dir", help="where gpu_check.json, gpu_check_profile.json and SPEED.md go (default: "
                    "benchmarks/results; a dry run: a temporary folder)")

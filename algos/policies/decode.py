@@ -227,6 +227,21 @@ class _Ends:
         return ~self.finished
 
 
+def static_cache_fits(weights: torch.dtype, autocast: torch.dtype | None) -> bool:
+    """Whether transformers' ``StaticCache`` holds what a model with ``weights`` writes under ``autocast`` (None: off).
+
+    Under autocast over float32 weights the keys leave the rotary embedding in float32 and
+    the values in the autocast dtype.  Transformers allocates each in its own dtype from 5.24
+    on; before, both in the keys', and the first write of the values fails.
+    """
+    if autocast is None or autocast == weights:
+        return True
+    import transformers
+    from packaging.version import Version
+
+    return Version(transformers.__version__).release >= (5, 24)
+
+
 def static_cache(model: Any, size: int) -> Any:
     """A KV cache of ``size`` positions allocated once (transformers' ``StaticCache``), written in place."""
     from transformers import StaticCache

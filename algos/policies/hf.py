@@ -102,6 +102,7 @@ class HFPolicy(nn.Module):
         #: The dtype of the copy of the weights that samples free text (None: the trained weights, under autocast).
         self.rollout_dtype = rollout_weights_dtype(rollout_dtype, self.device, weights, compute_dtype)
         self._rollout = _RolloutCopy()
+        self.resolved_decoder()  # a decoder that cannot run here is refused now, not at the first rollout
         self._generator = torch.Generator(device=self.device).manual_seed(int(sampling_seed))
         eos = self._base_config().eos_token_id if tokenizer.eos_token_id is None else tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
@@ -443,12 +444,28 @@ class HFPolicy(nn.Module):
             gen = torch.Generator(device=self.device).manual_seed(int(sampling.seed))
         model = self.rollout_model()
         with self.compute() if model is self.model else sdpa_backends(self.device):
-            decoder = decoder_for(self.decoder, self.device)
+            decoder = self.resolved_decoder()
             if decoder == "continuous":
                 return decode.generate_continuous(self, prompt_ids, sampling, model=model)
             if decoder == "static":
                 return decode.generate_static(self, prompt_ids, sampling, gen, model=model)
             return decode.generate(self, prompt_ids, sampling, gen, model=model)
+
+    def resolved_decoder(self) -> str:
+        """The decoder free text runs through (``decoder_for``): "auto" resolved, "static" refused where it cannot run."""
+        weights = next(self.model.parameters()).dtype
+        autocast = _DTYPES[self.compute_dtype] if self.rollout_dtype is None and self.compute_dtype else None
+        if decode.static_cache_fits(weights, autocast):
+            return decoder_for(self.decoder, self.device)
+        if self.decoder == "static":
+            import transformers
+
+            raise ValueError(
+                f"model.decoder: static cannot sample with {weights} weights under {self.compute_dtype} autocast on "
+                f"transformers {transformers.__version__}: its static cache keeps keys and values in one dtype, and "
+                f"autocast writes them in two (fixed in transformers 5.24). Set model.rollout_dtype: "
+                f"{self.compute_dtype} (a copy of the weights samples), model.decoder: loop, or upgrade transformers")
+        return "loop" if self.decoder == "auto" else self.decoder
 
     def rollout_model(self) -> nn.Module:
         """What samples free text: the model itself, or its copy in ``rollout_dtype`` with the weights as they are now."""

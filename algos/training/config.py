@@ -122,7 +122,7 @@ class ModelConfig:
     attention: Attention = "auto"
     """Attention kernel: 'auto' (FlashAttention-2 where flash_attn imports on a GPU with 16-bit compute, else PyTorch's SDPA), 'sdpa', 'flash_attention_2' or 'eager'."""
     decoder: Decoder = "auto"
-    """What samples free text with model.generation 'hf': 'loop' (the package's decode loop), 'static' (the loop over a static KV cache, its step a CUDA graph on a GPU), 'continuous' (transformers' continuous batching) or 'auto' (static on CUDA, loop elsewhere: docs/gpu.md)."""
+    """What samples free text with model.generation 'hf': 'loop' (the package's decode loop), 'static' (the loop over a static KV cache, its step a CUDA graph on a GPU), 'continuous' (transformers' continuous batching) or 'auto' (static on CUDA, loop elsewhere: docs/gpu.md). Static under autocast over float32 weights (rollout_dtype null) needs transformers >= 5.24; before, 'auto' takes the loop there."""
     rollout_dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = "auto"
     """Dtype of a copy of the weights that samples free text, refreshed after every update (null: the trained weights themselves); 'auto': on CUDA, compute_dtype where the weights are kept in another, else none.  With a copy the trained model recomputes the old log-probs."""
     tf32: bool = True
