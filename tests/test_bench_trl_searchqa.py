@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,6 +71,22 @@ def test_a_stage_counts_as_trained_only_with_its_weights(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"")
     assert bench.trained(tmp_path)
     assert bench.losses([{"loss": 0.5, "step": 1}, {"train_runtime": 3.0}, {"loss": 0.25}]) == [0.5, 0.25]
+    assert bench.loss_gap([0.5, 0.25], [0.5000003, 0.25]) < 1e-6 and bench.loss_gap([0.5], [0.5, 0.2]) == float("inf")
+
+
+def test_carrying_in_keeps_a_newer_record_of_this_sitting(tmp_path):
+    """A warm start trained again this sitting records it in its done.json; the older carried copy must not
+    replace it, while a newer carried file does."""
+    bench = load_bench()
+    carried, root = tmp_path / "carried", tmp_path / "run"
+    write(carried / "sft" / "done.json", {"seconds": 1.0, "log": []})
+    write(root / "sft" / "done.json", {"seconds": 1.0, "log": [], "retrained": {"same_losses": True}})
+    os.utime(carried / "sft" / "done.json", (1, 1))
+    assert bench.carry(carried, root) == []
+    assert "retrained" in json.loads((root / "sft" / "done.json").read_text())
+    os.utime(root / "sft" / "done.json", (0, 0))
+    assert bench.carry(carried, root) == [root / "sft" / "done.json"]
+    assert "retrained" not in json.loads((root / "sft" / "done.json").read_text())
 
 
 def test_a_stage_killed_while_saving_resumes_from_the_last_complete_checkpoint(tmp_path):
