@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gigpo_gym.algos.policies import choice
 from gigpo_gym.algos.policies.hf import HFPolicy
 from gigpo_gym.algos.policies.base import ChoiceBatch, Generation, SamplingParams, TokenBatch, TrainablePolicy
 from gigpo_gym.algos.policies.reference import ExpertPolicy, RandomAdmissiblePolicy
@@ -192,7 +193,7 @@ def test_admissible_scores_match_one_sequence_at_a_time_scoring(tiny_path):
     eos = policy.tokenizer.eos_token_id
     texts = [["go east", "wait now go west", ""], ["wait"], ["go west", "go east go east go east", "wait", "go east"]]
     answers = [[policy.tokenizer(f"<action>{t}</action>")["input_ids"] + [eos] for t in row] for row in texts]
-    packed = policy._score_answers(prompts, answers)
+    packed = choice.score_answers(policy, prompts, answers)
     for prompt, row, got in zip(prompts, answers, packed):
         expected = policy.log_probs(TokenBatch([prompt] * len(row), row)).log_probs
         for answer, want, logps in zip(row, expected, got):

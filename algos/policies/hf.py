@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gigpo_gym.algos.policies import decode
+from gigpo_gym.algos.policies import choice, decode
 from gigpo_gym.algos.policies.quiet import quiet_libraries
 from gigpo_gym.algos.policies.base import (
     ATTENTION, CHAT_CONTEXT, DECODERS, ChoiceBatch, Generation, SamplingParams, TokenBatch, TokenRows, TokenScores,
@@ -284,7 +284,7 @@ class HFPolicy(nn.Module):
 
         With ``choose_admissible`` the response is instead one of the row's admissible
         actions (``contexts[i]["admissible_actions"]``), drawn from the model's own
-        likelihoods of the candidate answers (see ``_choose``).  A row whose context has
+        likelihoods of the candidate answers (``policies.choice``).  A row whose context has
         ``messages`` is a chat (``_chat``).
         """
         if not prompts:
@@ -301,7 +301,8 @@ class HFPolicy(nn.Module):
             if self.choose_admissible:
                 if contexts is None or len(contexts) != len(prompts):
                     raise ValueError("choose_admissible needs one context with admissible_actions per prompt")
-                return self._choose(prompt_ids, [list(c.get("admissible_actions") or []) for c in contexts], sampling)
+                options = [list(c.get("admissible_actions") or []) for c in contexts]
+                return choice.choose(self, prompt_ids, options, sampling, self._generator_for(sampling))
             return self._generate(prompt_ids, sampling)
         finally:
             self.train(was_training)
@@ -333,115 +334,13 @@ class HFPolicy(nn.Module):
             out.append(g)
         return out
 
-    def _choose(self, prompt_ids: list[list[int]], options: list[list[str]], sampling: SamplingParams,
-                tokens_per_pass: int = 6144) -> list[Generation]:
-        """Pick one admissible action per row: softmax over the candidates' summed log-probs.
-
-        Each candidate is scored as the full answer ``<action>cmd</action>`` + eos, so the
-        choice is what the model would most likely have written among valid answers
-        (constrained decoding over a closed set).  The Generation carries the model's
-        token log-probs of the chosen answer, which is what ``log_probs`` recomputes in
-        the update; raising them raises the answer's share among the candidates.
-
-        Rows with the same prompt and candidates (copies of a task in the same state)
-        are scored once; the rest run in passes of similar prompt length, so little of
-        a pass is padding.  Sampling then draws per row, in row order.
-        """
-        gen = self._generator
-        if sampling.seed is not None:
-            gen = torch.Generator(device=self.device).manual_seed(int(sampling.seed))
-        encoded = {cmd: self.encode_answer(cmd) for cmd in {c for cmds in options for c in (cmds or [""])}}
-        choices = [list(cmds) or [""] for cmds in options]
-        unique: dict[tuple, int] = {}
-        row_key = [unique.setdefault((tuple(p), tuple(c)), len(unique)) for p, c in zip(prompt_ids, choices)]
-        keys = list(unique)
-        by_length = sorted(range(len(keys)), key=lambda k: len(keys[k][0]))
-        scored: list[list[list[float]]] = [[] for _ in keys]
-        for part in decode.passes(by_length, [len(keys[k][0]) + sum(len(encoded[c]) for c in keys[k][1]) for k in range(len(keys))],
-                            tokens_per_pass):
-            logps = self._score_answers([list(keys[k][0]) for k in part], [[encoded[c] for c in keys[k][1]] for k in part])
-            for k, row in zip(part, logps):
-                scored[k] = row
-        out = []
-        for i, cmds in enumerate(choices):
-            logps = scored[row_key[i]]
-            totals = torch.tensor([sum(lp) for lp in logps], dtype=torch.float64)
-            if sampling.temperature == 0:
-                pick = int(totals.argmax())
-            else:
-                totals = totals / sampling.temperature
-                probs = torch.softmax(totals, dim=0).float().to(self.device)
-                pick = int(torch.multinomial(probs, 1, generator=gen))
-            cmd = cmds[pick]
-            out.append(Generation(f"<action>{cmd}</action>", list(prompt_ids[i]), list(encoded[cmd]), logps[pick], True,
-                                  [encoded[c] for c in cmds], torch.log_softmax(totals, dim=0).tolist(), pick))
-        return out
-
-    @torch.no_grad()
-    def _score_answers(self, prompt_ids: list[list[int]], answers: list[list[list[int]]]) -> list[list[list[float]]]:
-        """Token log-probs of each row's candidate answers, in two forward passes.
-
-        The prompts run once (left-padded, KV cached).  Then each row's candidates run
-        on top of that cache as one packed prefix tree: an answer prefix shared by
-        several candidates ("<action>go to ...") is a single node, computed once.  A 4-D
-        mask lets a node see the prompt and its own ancestors only, and its position is
-        the prompt length plus its depth, so every candidate is scored exactly as if
-        it followed the prompt alone.  No candidate copies the prompt's cache.
-        """
-        tf = _transformers()
-        ids, mask = self._left_padded(prompt_ids)
-        cache = tf.DynamicCache()
-        with self.compute():
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-                             use_cache=True, logits_to_keep=1, **{self._cache_kw: cache})
-        first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
-        rows, width = ids.shape
-        trees = [_PrefixTree(cands) for cands in answers]
-        packed = max(max(len(t.tokens) for t in trees), 1)
-        inputs = torch.full((rows, packed), self.tokenizer.pad_token_id, dtype=torch.long)
-        positions = torch.zeros((rows, packed), dtype=torch.long)
-        allowed = torch.zeros((rows, packed, width + packed), dtype=torch.bool)
-        allowed[:, :, :width] = mask[:, None, :].bool().cpu()
-        allowed[:, :, width:] = True  # filler queries past a row's tree see everything (their output is unused)
-        for r, tree in enumerate(trees):
-            n = len(tree.tokens)
-            if n:
-                inputs[r, :n] = torch.tensor(tree.tokens)
-                positions[r, :n] = int(mask[r].sum()) + torch.tensor(tree.depths)
-                allowed[r, :n, width:] = False
-                allowed[r, :n, width:width + n] = tree.ancestry()
-        # (row, tree node, token) of every candidate token after the first
-        index = [(r, node, token) for r, tree in enumerate(trees) for run in tree.predictions for node, token in run]
-        later = torch.zeros(0)
-        if index:
-            bias = torch.zeros(allowed.shape, dtype=self.model.dtype).masked_fill_(~allowed, torch.finfo(self.model.dtype).min)
-            with self.compute():
-                more = self.model(input_ids=inputs.to(self.device), attention_mask=bias[:, None].to(self.device),
-                                  position_ids=positions.to(self.device), use_cache=True, **{self._cache_kw: cache})
-            logits = more.logits.float()
-            r_idx, n_idx, t_idx = (torch.tensor(col, device=self.device) for col in zip(*index))
-            later = (logits[r_idx, n_idx, t_idx] - torch.logsumexp(logits[r_idx, n_idx], dim=-1)).tolist()
-        firsts = first[torch.tensor([r for r, cands in enumerate(answers) for _ in cands], dtype=torch.long),
-                       torch.tensor([a[0] for cands in answers for a in cands], dtype=torch.long)].tolist()
-        result, at, k = [], 0, 0
-        for r, cands in enumerate(answers):
-            row = []
-            for a in cands:
-                row.append([firsts[k]] + later[at:at + len(a) - 1])
-                at += len(a) - 1
-                k += 1
-            result.append(row)
-        return result
-
     def _generate(self, prompt_ids: list[list[int]], sampling: SamplingParams) -> list[Generation]:
         """Free text by the configured decoder, with the rollout weights (``rollout_model``).
 
         The trained weights compute in ``compute_dtype`` as the update does (bf16 autocast
         on GPUs, not float32); a rollout copy computes in its own dtype, without autocast.
         """
-        gen = self._generator
-        if sampling.seed is not None:
-            gen = torch.Generator(device=self.device).manual_seed(int(sampling.seed))
+        gen = self._generator_for(sampling)
         model = self.rollout_model()
         with self.compute() if model is self.model else sdpa_backends(self.device):
             decoder = self.resolved_decoder()
@@ -450,6 +349,12 @@ class HFPolicy(nn.Module):
             if decoder == "static":
                 return decode.generate_static(self, prompt_ids, sampling, gen, model=model)
             return decode.generate(self, prompt_ids, sampling, gen, model=model)
+
+    def _generator_for(self, sampling: SamplingParams) -> torch.Generator:
+        """The draws' generator: the policy's own stream, or a fresh one where ``sampling`` names a seed."""
+        if sampling.seed is None:
+            return self._generator
+        return torch.Generator(device=self.device).manual_seed(int(sampling.seed))
 
     def resolved_decoder(self) -> str:
         """The decoder free text runs through (``decoder_for``): "auto" resolved, "static" refused where it cannot run."""
@@ -499,7 +404,7 @@ class HFPolicy(nn.Module):
     def forward(self, batch: TokenBatch | TokenRows, *, with_entropy: bool = False, with_values: bool = False) -> TokenScores:
         """Differentiable log-probs (and entropy, values) of the response tokens only.
 
-        A ``ChoiceBatch`` is scored as a choice among its options instead (``_choice_scores``);
+        A ``ChoiceBatch`` is scored as a choice among its options instead (``choice.choice_scores``);
         ``TokenRows`` (``token_rows``) are ids on the device already, as the update passes them.
 
         Everything the loss needs comes out of this one call, so a wrapper around the
@@ -511,7 +416,7 @@ class HFPolicy(nn.Module):
         if len(batch) == 0:
             raise ValueError("empty batch")
         if isinstance(batch, ChoiceBatch):
-            return self._choice_scores(batch, with_entropy, with_values)
+            return choice.choice_scores(self, batch, with_entropy, with_values)
         packed = batch if isinstance(batch, TokenRows) else self.token_rows(batch)
         prompt_lens, resp_lens = torch.from_numpy(packed.prompt_lengths), torch.from_numpy(packed.response_lengths)
         if int(prompt_lens.min()) < 1:
@@ -546,62 +451,6 @@ class HFPolicy(nn.Module):
         for i, (p, r) in enumerate(zip(batch.prompt_ids, batch.response_ids)):
             ids[i, : len(p) + len(r)] = torch.tensor(list(p) + list(r), dtype=torch.long)
         return TokenRows(self.to_device(ids), prompt, response)
-
-    def _choice_scores(self, batch: ChoiceBatch, with_entropy: bool, with_values: bool) -> TokenScores:
-        """Differentiable log-prob of each row's choice among its options, in one decoder pass.
-
-        A row is its prompt followed by the prefix tree of its options (as in
-        ``_score_answers``, here with gradients): prompt tokens attend causally, a tree
-        node attends to the prompt and its own ancestors, so each option is scored as if
-        it followed the prompt alone.  ``log_probs`` and ``entropy`` are ``[rows, 1]``
-        (the choice's log-prob and the entropy of the distribution over options);
-        ``extras["option_log_probs"]`` is ``[rows, max_options]``, -inf past a row's options.
-        """
-        trees = [_PrefixTree(opts) for opts in batch.options]
-        lengths = [len(p) for p in batch.prompt_ids]
-        rows = len(batch)
-        width = max(n + len(t.tokens) for n, t in zip(lengths, trees))
-        ids = torch.full((rows, width), self.tokenizer.pad_token_id, dtype=torch.long)
-        positions = torch.zeros((rows, width), dtype=torch.long)
-        allowed = torch.eye(width, dtype=torch.bool).repeat(rows, 1, 1)  # padding sees itself: no empty softmax
-        at, targets, option_of = [], [], []  # hidden position predicting each option token, the token, its option
-        most = max(len(opts) for opts in batch.options)
-        for r, (prompt, tree, opts) in enumerate(zip(batch.prompt_ids, trees, batch.options)):
-            n, m = lengths[r], len(tree.tokens)
-            ids[r, :n] = torch.tensor(prompt)
-            positions[r, :n] = torch.arange(n)
-            allowed[r, :n, :n] = torch.ones((n, n), dtype=torch.bool).tril()
-            if m:
-                ids[r, n : n + m] = torch.tensor(tree.tokens)
-                positions[r, n : n + m] = n + torch.tensor(tree.depths)
-                allowed[r, n : n + m, :n] = True
-                allowed[r, n : n + m, n : n + m] = tree.ancestry()
-            for k, (answer, run) in enumerate(zip(opts, tree.predictions)):
-                at.append(r * width + n - 1)
-                targets.append(answer[0])
-                option_of.append(r * most + k)
-                for node, token in run:
-                    at.append(r * width + n + node)
-                    targets.append(token)
-                    option_of.append(r * most + k)
-        bias = torch.zeros(allowed.shape, dtype=self.model.dtype).masked_fill_(~allowed, torch.finfo(self.model.dtype).min)
-        with self.compute():
-            hidden = self.model.get_decoder()(input_ids=ids.to(self.device), attention_mask=bias[:, None].to(self.device),
-                                              position_ids=positions.to(self.device), use_cache=False).last_hidden_state
-        token_logp, _ = self._score_positions(hidden.reshape(rows * width, -1)[torch.tensor(at, device=self.device)],
-                                              torch.tensor(targets, device=self.device), False)
-        totals = torch.zeros(rows * most, dtype=torch.float32, device=self.device)
-        totals = totals.index_add(0, torch.tensor(option_of, device=self.device), token_logp).view(rows, most)
-        valid = (torch.arange(most)[None, :] < torch.tensor([len(o) for o in batch.options])[:, None]).to(self.device)
-        option_logp = torch.log_softmax(totals.masked_fill(~valid, float("-inf")), dim=-1)
-        chosen = option_logp.gather(1, torch.tensor(batch.choices, device=self.device)[:, None])
-        entropy = None
-        if with_entropy:
-            entropy = -(option_logp.exp() * option_logp.masked_fill(~valid, 0.0)).sum(-1, keepdim=True)
-        extras = {"option_log_probs": option_logp}
-        if with_values:
-            extras["values"] = self._value_at(hidden, torch.tensor(lengths, device=self.device) - 1)
-        return TokenScores(chosen, torch.ones_like(chosen), entropy, extras)
 
     def log_probs(self, batch: TokenBatch | TokenRows, *, with_entropy: bool = False, with_values: bool = False) -> TokenScores:
         """``forward`` under its protocol name (``TrainablePolicy.log_probs``)."""
@@ -825,42 +674,3 @@ class _RolloutCopy:
             for mine, theirs in zip(self.model.parameters(), model.parameters()):
                 mine.copy_(theirs)
         return self.model
-
-
-class _PrefixTree:
-    """The candidate answers of one row as a prefix tree of the tokens fed after the prompt.
-
-    Answer ``a`` feeds ``a[:-1]``; the node of prefix ``a[:k]`` (k >= 1) holds token
-    ``a[k-1]`` at depth ``k-1`` and its output predicts ``a[k]``.  ``predictions[i]``
-    lists (node, next token) for every token of answer ``i`` after the first.
-    """
-
-    def __init__(self, answers: list[list[int]]):
-        self.tokens: list[int] = []
-        self.depths: list[int] = []
-        self.parents: list[int] = []
-        self.predictions: list[list[tuple[int, int]]] = []
-        nodes: dict[tuple[int, ...], int] = {}
-        for answer in answers:
-            parent = -1
-            self.predictions.append([])
-            for k in range(1, len(answer)):
-                prefix = tuple(answer[:k])
-                node = nodes.get(prefix)
-                if node is None:
-                    node = nodes[prefix] = len(self.tokens)
-                    self.tokens.append(answer[k - 1])
-                    self.depths.append(k - 1)
-                    self.parents.append(parent)
-                self.predictions[-1].append((node, answer[k]))
-                parent = node
-
-    def ancestry(self) -> torch.Tensor:
-        """``[n, n]`` bool: node i may attend to node j (j is i or an ancestor of i)."""
-        n = len(self.tokens)
-        seen = torch.zeros((n, n), dtype=torch.bool)
-        for i, parent in enumerate(self.parents):  # parents come before their children
-            if parent >= 0:
-                seen[i] = seen[parent]
-            seen[i, i] = True
-        return seen
