@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from gigpo_gym.algos.training.config import CONFIGS_DIR, DEFAULT_CONFIG, resolve_config, shipped_configs
+from gigpo_gym.core.commands import ExactOptionsParser
 
 #: Flags that are shortcuts for ``--set key=value``.
 SHORTCUTS = {
@@ -206,7 +207,7 @@ def _reset_algo_kwargs(args: argparse.Namespace, overrides: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m gigpo_gym.algos.cli train ...`` (what the launchers start in each process)."""
-    parser = argparse.ArgumentParser(prog="python -m gigpo_gym.algos.cli")
+    parser = ExactOptionsParser(prog="python -m gigpo_gym.algos.cli")
     add_cli(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return args.func(args)

@@ -93,7 +93,7 @@ def summary(rows: list[dict]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (with records/ or metrics.jsonl)")
     parser.add_argument("--out", type=Path, help="write every run's rows and summary here (JSON)")
     args = parser.parse_args()

@@ -106,7 +106,7 @@ def best_times(fns: list, repeats: int) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[10**3, 10**4, 10**5, 10**6], help="approximate rows per batch")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per size (the best is reported)")
     parser.add_argument("--group-size", type=int, default=8, help="trajectories per task group")

@@ -114,7 +114,7 @@ def bench_batch(n_envs: int, rounds: int, seed: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20000, help="steps to time (default 20000)")
     parser.add_argument("--resets", type=int, default=500, help="resets to time (default 500)")
     parser.add_argument("--envs", type=int, default=1024, help="batch size for the batch step (default 1024)")

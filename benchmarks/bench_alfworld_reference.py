@@ -62,7 +62,7 @@ def measure(env, plays: list[list[str]]) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--games", type=int, default=8, help="games played by both engines (default 8)")
     parser.add_argument("--steps", type=int, default=20, help="commands per game (default 20)")
     parser.add_argument("--split", default="valid_seen", help="split of the generated tasks (default valid_seen)")

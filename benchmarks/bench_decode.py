@@ -50,7 +50,7 @@ def same_reply(own: list[int], theirs: list[int], pad: int) -> bool:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--config", default=str(ROOT / "configs" / "searchqa_smollm2.yaml"))
     p.add_argument("--weights", default=None, help="safetensors of the whole policy to load (default: the pretrained model)")
     p.add_argument("--prompts", type=int, default=32)

@@ -104,7 +104,7 @@ def summarise(runs: list[dict]) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"), help="training config (default: the demo's)")
     p.add_argument("--weights", default=None, help="safetensors weights to start from (e.g. the demo's SFT warm start)")

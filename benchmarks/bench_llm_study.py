@@ -678,7 +678,7 @@ def run_stage(args, stage: str) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", default="runs/study", help="where every run and evaluation goes")
     p.add_argument("--results", default=str(ROOT / "benchmarks" / "results"), help="where the results JSON and figures go")

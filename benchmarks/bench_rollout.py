@@ -66,7 +66,7 @@ def measure(model: str, args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=["tiny", "smollm2"])
     p.add_argument("--config", default=str(Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"))
     p.add_argument("--groups", type=int, default=4)

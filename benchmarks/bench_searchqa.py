@@ -102,7 +102,7 @@ def bench_bm25(n: int, num_queries: int) -> list[tuple[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="*", default=[10_000, 1_000_000], help="corpus sizes (passages)")
     parser.add_argument("--queries", type=int, default=200, help="queries timed per size")
     parser.add_argument("--env-steps", type=int, default=5000, help="env steps timed per policy (0: skip)")

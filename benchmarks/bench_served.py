@@ -44,7 +44,7 @@ def start_server(folder: Path) -> tuple[subprocess.Popen, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", nargs="+", default=["searchqa-test"], help="leaderboard specs (default searchqa-test)")
     parser.add_argument("--episodes", type=int, default=4, help="first episodes of each spec (default 4)")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="reply budget (default 64)")

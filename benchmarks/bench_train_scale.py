@@ -205,7 +205,7 @@ def run(processes: int, args: argparse.Namespace, out: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="a run config (file or shipped name); default: the tiny model on CPU")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config overrides")
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])

@@ -306,7 +306,7 @@ def run(args) -> dict[str, dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-root", type=Path, default=Path("runs/trl_searchqa"),
                         help="folder of the stages (sft, grpo, gigpo): models, TRL checkpoints, done.json, eval.json "
                              "(default: %(default)s)")

@@ -66,7 +66,7 @@ def time_variant(name: str, ids: torch.Tensor, calls: int, repeats: int) -> floa
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=16, help="rows of the micro-batch (the demo's micro_batch_size)")
     p.add_argument("--tokens", type=int, default=170, help="tokens per row (the demo's prompt + answer)")

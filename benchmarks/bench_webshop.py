@@ -63,7 +63,7 @@ def search_latency_ms(engine: SearchEngine, queries: list[str]) -> tuple[float, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--products", type=int, default=200_000, help="size of the large generated catalog (0: skip)")
     parser.add_argument("--steps", type=int, default=20_000, help="env steps per policy on the 1k catalog")
     parser.add_argument("--queries", type=int, default=300, help="search queries timed per catalog")

@@ -73,7 +73,7 @@ def site_requests_per_s(url: str, requests: int, threads: int) -> tuple[float, f
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=120, help="env steps per env (default 120)")
     parser.add_argument("--requests", type=int, default=2000, help="site requests to time (default 2,000)")
     parser.add_argument("--threads", type=int, default=4, help="client threads, one session each (default 4)")

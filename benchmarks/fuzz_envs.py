@@ -50,7 +50,7 @@ def fuzz_one(env_id: str, actions: int, seed: int, show: int) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     available = [spec.id for spec in ENV_SPECS if spec.available]
     parser.add_argument("--env-ids", default=",".join(available),
                         help=f"comma-separated ids (default: every available one: {', '.join(available)})")  # fmt: skip

@@ -939,7 +939,7 @@ def write_results(results_dir: Path, result: dict) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dry-run", action="store_true", help="the same steps on a CPU with the tiny model")
     p.add_argument("--steps", type=int, help="steps per episode (default 10; dry run 2; the recipe's are 50)")

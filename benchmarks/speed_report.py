@@ -225,7 +225,7 @@ def write_report(results: list[tuple[Bench, dict]], path: Path, full: bool) -> N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--full", action="store_true", help="the scripts' own default sizes (much longer)")
     parser.add_argument("--only", nargs="+", choices=[b.key for b in BENCHES], help="run only these benchmarks")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per benchmark (default 300)")

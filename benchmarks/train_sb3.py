@@ -55,7 +55,7 @@ def train(env_name: str, algo: str, timesteps: int, *, dim: int, max_actions: in
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", choices=sorted(ENVS), default="alfworld")
     p.add_argument("--spec", default=None, help="leaderboard spec to evaluate on (default: alfworld-valid_seen / webshop-test)")
     p.add_argument("--algo", choices=("maskable", "ppo"), default="maskable")

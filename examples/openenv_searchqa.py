@@ -53,7 +53,7 @@ def play(url: str, seed: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default=None, help="a running server (default: start one here)")
     args = parser.parse_args()
     url, server = (args.url, None) if args.url else start_server()

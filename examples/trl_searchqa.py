@@ -22,7 +22,7 @@ ENV_ID = "gigpo_gym/SearchQA-v0"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="tiny", help="'tiny' (built here), 'smollm2', or a model folder")
     parser.add_argument("--steps", type=int, default=2, help="GiGPO steps (default 2)")
     parser.add_argument("--omega", type=float, default=1.0, help="weight of the step-level advantage (0: GRPO)")

@@ -125,9 +125,10 @@ def _parse_kwarg(text: str) -> tuple[str, object]:
 
 def build_parser() -> argparse.ArgumentParser:
     from gigpo_gym import __version__
+    from gigpo_gym.core.commands import ExactOptionsParser
     from gigpo_gym.wrappers.anchor import ANCHOR_MODES
 
-    parser = argparse.ArgumentParser(prog="gigpo-gym", description=DESCRIPTION)
+    parser = ExactOptionsParser(prog="gigpo-gym", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"gigpo-gym {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -63,6 +63,27 @@ def test_help_explains_each_command(capsys):
                 assert "default" in action.help.lower(), f"{path} {action.option_strings[0]}: the help omits the default"
 
 
+@pytest.mark.parametrize("argv", [
+    ["prompt", "--config", "demo", "--env", "3"],  # argparse alone reads it as --env-seed 3
+    ["play", "gigpo_gym/ALFWorld-v0", "--see", "1"],  # ... as --seed 1
+    ["leaderboard", "run", "--polic", "random"],  # a sub-command's sub-command
+])
+def test_a_shortened_option_is_refused_not_guessed(argv, capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    assert exit.value.code == 2
+    assert f"unrecognized arguments: {argv[-2]} {argv[-1]}" in capsys.readouterr().err
+
+
+def test_the_launchers_command_refuses_a_shortened_option_too(capsys):
+    """``python -m gigpo_gym.algos.cli train`` (what accelerate and DeepSpeed start in each process) parses alone."""
+    from gigpo_gym.algos.cli import main as launched_main
+
+    with pytest.raises(SystemExit):
+        launched_main(["train", "--conf", "demo"])
+    assert "unrecognized arguments: --conf demo" in capsys.readouterr().err
+
+
 def _parsers(parser: argparse.ArgumentParser, path: str = "gigpo-gym"):
     yield path, parser
     for action in parser._actions:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gigpo_gym.core.commands import ExactOptionsParser
+
 POLICIES = ("random | random-search | expert | smollm2 | openai:MODEL (a model behind an OpenAI-compatible "
             "server: --base-url, key in $OPENAI_API_KEY) | a trainer run / checkpoint folder / its "
             "selected.safetensors | a Hugging Face model folder | a hub id already in the local HF cache | sb3:PATH.zip")
@@ -186,7 +188,7 @@ def _summary(spec, name: str, result: dict, path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the leaderboard command alone (``python -m gigpo_gym.algos.leaderboard.cli``)."""
-    parser = argparse.ArgumentParser(prog="gigpo-gym")
+    parser = ExactOptionsParser(prog="gigpo-gym")
     add_cli(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
