@@ -97,3 +97,81 @@ def _console_steps(text: str) -> list[tuple[str, str]]:
         elif steps:
             steps[-1][1].append(line)
     return [(cmd, "\n".join(out).strip("\n")) for cmd, out in steps]
+
+
+def _commands(text: str):
+    """Each simple command of a shell block as tokens, continuation lines joined and ``$ `` prompts dropped."""
+    import re
+    import shlex
+
+    for line in re.sub(r"\\\n\s*", " ", text).splitlines():
+        line = line.removeprefix("$ ").split(" #")[0]
+        for part in re.split(r"&&|\|\||;|\|", "" if line.lstrip().startswith("#") else line):
+            try:
+                tokens = shlex.split(part)
+            except ValueError:  # an output line of a console block
+                continue
+            while tokens and re.match(r"^[A-Z_]+=", tokens[0]):  # VAR=value before the command
+                tokens = tokens[1:]
+            if tokens:
+                yield tokens
+
+
+def _subcommand_parser(parser, tokens):
+    """The parser of ``gigpo-gym``'s sub-command that ``tokens`` name (``leaderboard run`` -> its own)."""
+    for token in tokens:
+        choices = parser._subparsers._group_actions[0].choices if parser._subparsers else {}
+        if token in choices:
+            parser = choices[token]
+    return parser
+
+
+def _script_parser(script: Path):
+    """The parser a benchmark script builds, caught as it starts parsing (nothing of the script runs after)."""
+    import argparse
+    import runpy
+
+    class Caught(Exception):
+        pass
+
+    def catch(self, *args, **kwargs):
+        raise Caught(self)
+
+    saved = argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args, sys.argv
+    argparse.ArgumentParser.parse_args = argparse.ArgumentParser.parse_known_args = catch
+    sys.argv = [str(script)]
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except Caught as caught:
+        return caught.args[0]
+    finally:
+        argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args, sys.argv = saved
+    raise AssertionError(f"{script} parsed no command line")
+
+
+def test_documented_commands_name_only_options_that_exist():
+    """Every ``gigpo-gym`` and ``python benchmarks/*.py`` command of the docs, illustrative ones too (which no test
+    runs), names each ``--option`` as its parser spells it: the commands take no shortened or stale option."""
+    import re
+
+    from gigpo_gym.cli import build_parser
+
+    top, scripts, wrong, checked = build_parser(), {}, [], 0
+    for doc in DOCS:
+        for block in blocks(doc):
+            if block.lang not in ("console", "bash"):
+                continue
+            for tokens in _commands(block.text):
+                if tokens[0] == "gigpo-gym":
+                    parser = _subcommand_parser(top, tokens[1:])
+                elif re.search(r"python3?$", tokens[0]) and len(tokens) > 1 and re.match(r"benchmarks/\w+\.py$", tokens[1]):
+                    if tokens[1] not in scripts:
+                        scripts[tokens[1]] = _script_parser(ROOT / tokens[1])
+                    parser = scripts[tokens[1]]
+                else:
+                    continue
+                checked += 1
+                wrong += [f"{block.where}: {' '.join(tokens[:2])} {t}" for t in tokens
+                          if t.startswith("--") and t.split("=")[0] not in parser._option_string_actions]
+    assert checked > 100, f"only {checked} commands found: has the docs' command syntax changed?"
+    assert not wrong, "options the commands do not take as written:\n" + "\n".join(wrong)
