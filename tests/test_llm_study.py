@@ -207,7 +207,8 @@ def test_the_trl_settings_report_pairs_each_setting_with_the_recipe_and_trls_grp
         return {"episodes": [{"task_id": q, "won": w} for q, w in zip(questions, won)], "seconds": 1.0}
 
     evals = {"after-sft": [0, 0, 1, 1, 0, 0], "seed0-grpo": [0, 1, 1, 0, 0, 0],
-             "seed0-grpo-env-reward": [1, 1, 1, 0, 0, 1], "seed0-gigpo-env-reward": [1, 1, 1, 1, 1, 0]}
+             "seed0-grpo-env-reward": [1, 1, 1, 0, 0, 1], "seed0-gigpo-env-reward": [1, 1, 1, 1, 1, 0],
+             "seed1-grpo": [1, 1, 1, 1, 0, 0]}
     for run, won in evals.items():
         (root / "searchqa" / run).mkdir(parents=True)
         (root / "searchqa" / run / "eval.json").write_text(json.dumps(episodes(won)))
@@ -218,10 +219,13 @@ def test_the_trl_settings_report_pairs_each_setting_with_the_recipe_and_trls_grp
     trl = results / "trl_searchqa_runs" / "grpo"  # TRL's evaluation keeps EM per question id
     trl.mkdir(parents=True)
     (trl / "eval.json").write_text(json.dumps({"em": dict(zip(questions, [1, 1, 1, 1, 0, 0])), "seconds": 1.0}))
+    trl_seed1 = results / "trl_searchqa_runs_seed1" / "grpo"  # another seed's TRL run, in its own folder
+    trl_seed1.mkdir(parents=True)
+    (trl_seed1 / "eval.json").write_text(json.dumps({"em": dict(zip(questions, [1, 1, 1, 1, 1, 0])), "seconds": 1.0}))
     (results / "llm_study_searchqa.json").write_text("the seed study's, kept")
 
     study.main(["--root", str(root), "--results", str(results), "--report", "--stages", "trl-settings",
-                "--seeds", "0", "--trl-seeds", "0"])
+                "--seeds", "0", "1", "--trl-seeds", "0"])
     out = json.loads((results / "llm_study_trl_settings.json").read_text())
     seed0 = out["runs"]["grpo-env-reward"]["per_seed"]["0"]
     # env-reward - the recipe: +1 on q0 and q5, 0 elsewhere: mean 2/6, both questions won, none lost
@@ -235,6 +239,10 @@ def test_the_trl_settings_report_pairs_each_setting_with_the_recipe_and_trls_grp
     assert seed0["train_seconds"] == 120.0 and seed0["rollout_success"] == [0.5, 0.5]  # both iterations' time
     assert "over_recipe" not in out["runs"]["grpo (recipe)"]["per_seed"]["0"]
     assert out["runs"]["grpo-env-reward"]["over_recipe_over_seeds"]["mean"] == pytest.approx(2 / 6)
+    # TRL's GRPO - the recipe's GRPO: +2/6 on seed 0 (q0, q3), +1/6 on seed 1 (q4); over seeds, ahead on both
+    behind_trl = out["runs"]["grpo (recipe)"]["trl_grpo_over_this_over_seeds"]
+    assert behind_trl["mean"] == pytest.approx(1 / 4) and behind_trl["favour_first"] == 2
+    assert behind_trl["seeds"] == [0, 1]
     # GiGPO - GRPO in the setting: +1 on q3 and q4, -1 on q5; only where both algorithms ran
     assert list(out["gigpo_minus_grpo"]) == ["env-reward"]
     gigpo_over_grpo = out["gigpo_minus_grpo"]["env-reward"]["per_seed"]["0"]
