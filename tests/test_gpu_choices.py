@@ -450,3 +450,52 @@ def test_a_rollout_copy_in_another_dtype_makes_the_trainer_recompute_old_log_pro
         assert plain.policy.rollout_dtype is None and not plain.recomputes_old_log_probs()  # auto on a CPU: no copy
     finally:
         plain.close()
+
+
+# -- no host read in the scoring pass's mask code -----------------------------------------
+def packed_sequence_checks(monkeypatch) -> list:
+    """Record each time transformers looks for packed sequences (the check reads a tensor back to the host)."""
+    import transformers.masking_utils as masking
+
+    checks, original = [], masking.find_packed_sequence_indices
+    monkeypatch.setattr(masking, "find_packed_sequence_indices", lambda positions: checks.append(1) or original(positions))
+    return checks
+
+
+def full_forward_log_probs(policy, prompt, reply):
+    """The reply's log-probs from the model's own forward, through transformers' mask code."""
+    logits = policy.model(torch.tensor([prompt + reply]), use_cache=False).logits[0].float()
+    at = torch.arange(len(prompt) - 1, len(prompt) + len(reply) - 1)
+    return torch.log_softmax(logits, -1)[at, torch.tensor(reply)]
+
+
+def test_the_scoring_pass_runs_causal_sdpa_without_transformers_host_read(tiny_path, monkeypatch):
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu")
+    assert policy.model.config._attn_implementation == "sdpa"
+    checks = packed_sequence_checks(monkeypatch)
+    batch = TokenBatch([[5, 6, 7, 8], [9, 10]], [[14, 15, 3], [16]])
+    scored = policy(batch, with_entropy=True)
+    assert checks == []  # no packed-sequence check, so no wait for the GPU's queue before the forward
+    assert policy.model.config._attn_implementation == "sdpa"  # generation keeps transformers' masks
+    for i, (prompt, reply) in enumerate(zip(batch.prompt_ids, batch.response_ids)):
+        expected = full_forward_log_probs(policy, prompt, reply)
+        torch.testing.assert_close(scored.log_probs[i, : len(reply)], expected, rtol=1e-5, atol=1e-5)
+    assert checks  # the model's own forward does check
+
+
+def test_a_sliding_window_model_keeps_its_mask_in_the_scoring_pass(monkeypatch):
+    from transformers import MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, models
+
+    torch.manual_seed(0)
+    config = MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, sliding_window=3,
+                           attn_implementation="sdpa")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"<pad>": 0, "<unk>": 1}, "<unk>")),
+                                        pad_token="<pad>", eos_token="<unk>")
+    policy = HFPolicy(MistralForCausalLM(config).eval(), tokenizer)
+    checks = packed_sequence_checks(monkeypatch)
+    prompt, reply = [5, 6, 7, 8, 9, 10], [11, 12, 13, 14]  # longer than the window
+    scored = policy(TokenBatch([prompt], [reply]))
+    assert checks  # transformers' own mask code, window included
+    torch.testing.assert_close(scored.log_probs[0], full_forward_log_probs(policy, prompt, reply), rtol=1e-5, atol=1e-5)

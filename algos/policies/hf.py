@@ -423,7 +423,7 @@ class HFPolicy(nn.Module):
             raise ValueError("every row needs at least one prompt token")
         ids, width = packed.ids, packed.ids.shape[1]
         positions = torch.arange(width, device=self.device)[None, :].expand(len(packed), -1)
-        with self.compute():
+        with self.compute(), causal_attention(self.model):
             hidden = self.model.get_decoder()(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state
         # the hidden state at (prompt_len + j - 1) predicts response token j
         max_resp = max(int(resp_lens.max()), 1)
@@ -558,6 +558,40 @@ def sdpa_backends(device: torch.device):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
+#: SDPA under a name transformers has no mask function for (see ``causal_attention``).
+CAUSAL_SDPA = "gigpo_gym_causal_sdpa"
+
+
+@contextlib.contextmanager
+def causal_attention(model: nn.Module):
+    """Run a pass over right-padded rows without a cache as SDPA's causal kernel, past transformers' mask code.
+
+    Such a pass needs no mask, and transformers builds none, but first looks for packed
+    sequences in the position ids, which reads a tensor back to the host: on a GPU, a wait
+    for the queue before every forward, so once per micro-batch of the update.  An
+    attention implementation transformers has no mask function for gets no mask and no
+    check; ``CAUSAL_SDPA`` is transformers' own SDPA call under such a name, so the kernel
+    and the numbers are the same.  Models with sliding-window or chunked layers keep their
+    masks (and the check).
+    """
+    config = model.config
+    layer_types = set(getattr(config, "layer_types", None) or ["full_attention"])
+    windowed = getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)
+    chunked = getattr(config, "attention_chunk_size", None)
+    if config._attn_implementation != "sdpa" or layer_types != {"full_attention"} or windowed or chunked:
+        yield
+        return
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    AttentionInterface.register(CAUSAL_SDPA, sdpa_attention_forward)
+    config._attn_implementation = CAUSAL_SDPA
+    try:
+        yield
+    finally:
+        config._attn_implementation = "sdpa"
 
 
 def decoder_for(name: str, device: torch.device) -> str:
