@@ -133,7 +133,8 @@ def test_a_cpu_trainer_keeps_torch_s_default_adamw(tmp_path):
 
 # -- no host wait per micro-batch ---------------------------------------------------------
 def host_reads_in_one_update(tmp_path, micro_batch_size: int, monkeypatch, *extra) -> int:
-    """How often the update reads a floating-point tensor back to the host (a GPU would wait for its queue there)."""
+    """How often the update reads a floating-point tensor back to the host, or asks any tensor for its truth (a GPU
+    would wait for its queue there; index and length tensors, read as ints, stay on the host)."""
     t = trainer(tmp_path / str(micro_batch_size), f"optim.micro_batch_size={micro_batch_size}", *extra)
     try:
         t.freeze_reference()
@@ -144,7 +145,7 @@ def host_reads_in_one_update(tmp_path, micro_batch_size: int, monkeypatch, *extr
             original = getattr(torch.Tensor, name)
 
             def read(self, *args, **kwargs):
-                if self.is_floating_point():
+                if self.is_floating_point() or name == "__bool__":
                     reads[0] += 1
                 return original(self, *args, **kwargs)
             return read
