@@ -500,3 +500,27 @@ def test_a_sliding_window_model_keeps_its_mask_in_the_scoring_pass(monkeypatch):
     scored = policy(TokenBatch([prompt], [reply]))
     assert checks  # transformers' own mask code, window included
     torch.testing.assert_close(scored.log_probs[0], full_forward_log_probs(policy, prompt, reply), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("compute_dtype", [None, "bfloat16"])
+def test_skipping_the_check_changes_no_number_of_the_loss_or_its_gradients(tiny_path, monkeypatch, compute_dtype):
+    import contextlib
+
+    from gigpo_gym.algos.policies import hf
+
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", compute_dtype=compute_dtype)
+    batch = TokenBatch([[5, 6, 7, 8, 9], [9, 10], [11, 12, 13]], [[14, 15, 3], [16], [17, 18, 19, 20]])
+
+    def scored_with_gradients():
+        policy.zero_grad(set_to_none=True)
+        scores = policy(batch, with_entropy=True)
+        (scores.log_probs.sum() + scores.entropy.sum()).backward()
+        return [scores.log_probs.detach(), scores.entropy.detach()] + [p.grad.clone() for p in policy.parameters()
+                                                                        if p.grad is not None]
+
+    skipped = scored_with_gradients()
+    with monkeypatch.context() as m:  # transformers' own mask code, check included
+        m.setattr(hf, "causal_attention", lambda model: contextlib.nullcontext())
+        checked = scored_with_gradients()
+    assert len(skipped) == len(checked) > 2
+    assert all(torch.equal(a, b) for a, b in zip(skipped, checked))
