@@ -326,9 +326,9 @@ def trl_grpo_episodes(args, seed: int) -> list[dict[str, Any]] | None:
 
 def trl_settings_results(args) -> dict[str, Any] | None:
     """Every TRL setting's EM gain over the warm start per seed (paired by question), its mean over seeds, wall times;
-    and, paired the same way, its difference from the recipe's run on that seed (per seed and over seeds), TRL's
-    GRPO's from it (per seed and over seeds), and GiGPO's from GRPO's in the same setting (per seed and over seeds: the recipe's comparison,
-    in that setting)."""
+    and, paired the same way, its difference from the recipe's run on that seed and TRL's GRPO's from it (each per
+    seed and over seeds), and GiGPO's from GRPO's in the same setting (per seed and over seeds: the recipe's
+    comparison, in that setting)."""
     root = Path(searchqa_args(args).run_root)
     sft = _read(root / "after-sft" / "eval.json")
     if sft is None:
@@ -357,12 +357,10 @@ def trl_settings_results(args) -> dict[str, Any] | None:
                 key = f"{algo}-{name}" if name else f"{algo} (recipe)"
                 out["runs"][key] = {"per_seed": gains,
                                     "over_seeds": over_seeds({s: g["gain"]["mean"] for s, g in gains.items()})}
-                paired = {s: g["over_recipe"]["mean"] for s, g in gains.items() if "over_recipe" in g}
-                if paired:
-                    out["runs"][key]["over_recipe_over_seeds"] = over_seeds(paired)
-                behind_trl = {s: g["trl_grpo_over_this"]["mean"] for s, g in gains.items() if "trl_grpo_over_this" in g}
-                if behind_trl:
-                    out["runs"][key]["trl_grpo_over_this_over_seeds"] = over_seeds(behind_trl)
+                for paired in ("over_recipe", "trl_grpo_over_this"):  # each paired difference, over seeds
+                    per_seed = {s: g[paired]["mean"] for s, g in gains.items() if paired in g}
+                    if per_seed:
+                        out["runs"][key][f"{paired}_over_seeds"] = over_seeds(per_seed)
                 print(f"{key:<22} " + "  ".join(f"seed {s} {100 * g['gain']['mean']:+5.1f} +- "
                                                  f"{100 * g['gain']['sem_paired']:.1f}" for s, g in gains.items()))
         paired_seeds = sorted(set(evals.get("gigpo", {})) & set(evals.get("grpo", {})))
