@@ -278,6 +278,48 @@ def test_reading_tokens_every_few_steps_ends_rows_where_every_step_does(tiny_pat
         same_replies(expected, static.generate(PROMPTS, s))
 
 
+#: Operators that wait for the device's queue (a value read back, or an output whose size depends on values).
+WAITING_OPS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::_unique2",
+               "aten::unique_consecutive", "aten::unique_dim"}
+
+
+def device_waits(policy: HFPolicy, steps: int, monkeypatch) -> int:
+    """How often one ``generate`` call would wait for a GPU's queue, with the stop check every 64 tokens.
+
+    Counted from torch's profiler: the waiting operators, except inside ``_assert_async``
+    (a check that runs on the device there) and inside ``_Ends.read`` (host tensors)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    read = decode._Ends.read
+
+    def on_host(ends, *args):
+        with record_function("host"):
+            return read(ends, *args)
+
+    with monkeypatch.context() as m:
+        m.setattr(decode, "stop_check_every", lambda device: 64)
+        m.setattr(decode._Ends, "read", on_host)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            policy.generate(PROMPTS, SamplingParams(max_new_tokens=steps, seed=3, top_p=0.8, stop=("o",)))
+
+    def excused(event) -> bool:
+        while event is not None:
+            if event.name in ("host", "aten::_assert_async"):
+                return True
+            event = event.cpu_parent
+        return False
+    return sum(e.name in WAITING_OPS and not excused(e.cpu_parent) for e in prof.events())
+
+
+def test_the_static_decoder_waits_for_the_device_per_call_not_per_token(tiny_path, monkeypatch):
+    """Sampling, top-p and the step itself queue without a read back; only the stop check (every 16 tokens on a GPU)
+    reads.  The plain loop, which drops ended rows, waits at every token: the count sees it."""
+    static = HFPolicy.from_pretrained(tiny_path, device="cpu", decoder="static")
+    assert device_waits(static, 6, monkeypatch) == device_waits(static, 12, monkeypatch)
+    loop = HFPolicy.from_pretrained(tiny_path, device="cpu", decoder="loop")
+    assert device_waits(loop, 12, monkeypatch) >= device_waits(loop, 6, monkeypatch) + 6
+
+
 def test_auto_decodes_with_the_static_cache_on_cuda_and_the_loop_on_a_cpu():
     from gigpo_gym.algos.policies.hf import decoder_for
 
