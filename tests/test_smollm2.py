@@ -54,15 +54,13 @@ def test_smollm2_loads_offline_acts_validly_in_alfworld_and_updates(tmp_path, mo
 def test_a_process_that_finds_the_conversion_under_way_waits_and_reads_it(tmp_path):
     """Processes starting together (accelerate launch) convert the GGUF once: a second one waits on the
     first one's lock and then reads its folder instead of converting again."""
-    from filelock import FileLock
-
-    from gigpo_gym.algos.policies.smollm import SMOLLM_VERSION
+    from gigpo_gym.algos.policies.smollm import SMOLLM_VERSION, conversion_lock
 
     folder = tmp_path / "models" / SMOLLM_VERSION
     folder.mkdir(parents=True)
     env = {**os.environ, "GIGPO_GYM_CACHE": str(tmp_path)}
     code = "from gigpo_gym.algos.policies.smollm import smollm2_path; print(smollm2_path())"
-    with FileLock(str(folder.parent / f".{SMOLLM_VERSION}.lock")):  # "the first process", converting
+    with conversion_lock(folder):  # "the first process", converting
         waiting = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
         with pytest.raises(subprocess.TimeoutExpired):
             waiting.wait(timeout=10)  # it waits for the lock (its imports take a few seconds)

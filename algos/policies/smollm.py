@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from gigpo_gym.core.data import cache_dir
 
@@ -40,12 +41,17 @@ def smollm2_path() -> Path:
     target = cache_dir("models", SMOLLM_VERSION)
     if (target / "build.json").is_file():
         return target
-    from filelock import FileLock
-
-    with FileLock(str(target.parent / f".{SMOLLM_VERSION}.lock")):  # the others wait, then read its folder
+    with conversion_lock(target):  # the others wait, then read its folder
         if not (target / "build.json").is_file():
             _convert(gguf_path(), target)
     return target
+
+
+def conversion_lock(target: Path) -> Any:
+    """The file lock a process holds while it converts into ``target``; the others wait on it."""
+    from filelock import FileLock
+
+    return FileLock(str(target.parent / f".{target.name}.lock"))
 
 
 def _convert(source: Path, target: Path) -> None:
