@@ -50,9 +50,11 @@ needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is No
 
 def torchrun(scenario: str, out: Path, args: list[str], processes: int = 2, kind: str = "ddp", timeout: float = 120):
     # CUDA hidden: these are CPU (gloo) runs, whatever GPUs the machine has
-    # torch's C++ extension builds (DeepSpeed's JIT ops) go under ``out``, where a test can see them
+    # torch's C++ extension builds (DeepSpeed's JIT ops) go under ``out``, where a test can see them, and so do
+    # torchrun's own temporary folders (torchelastic_*), which it leaves behind
+    (out / "tmp").mkdir(exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "TORCH_EXTENSIONS_DIR": str(out / "ext"),
-           **LAUNCH_ENV[kind]}
+           "TMPDIR": str(out / "tmp"), **LAUNCH_ENV[kind]}
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
                f"--master_port={free_port()}", "--max_restarts=0", "--monitor_interval=1",
                str(TESTS / "dist_worker.py"), scenario, str(out), json.dumps(args)]
