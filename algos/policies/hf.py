@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 import json
 from pathlib import Path
@@ -583,15 +584,21 @@ def causal_attention(model: nn.Module):
     if config._attn_implementation != "sdpa" or layer_types != {"full_attention"} or windowed or chunked:
         yield
         return
-    from transformers import AttentionInterface
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    AttentionInterface.register(CAUSAL_SDPA, sdpa_attention_forward)
+    _register_causal_sdpa()
     config._attn_implementation = CAUSAL_SDPA
     try:
         yield
     finally:
         config._attn_implementation = "sdpa"
+
+
+@functools.cache
+def _register_causal_sdpa() -> None:
+    """Register ``CAUSAL_SDPA`` with transformers, once a process."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    AttentionInterface.register(CAUSAL_SDPA, sdpa_attention_forward)
 
 
 def decoder_for(name: str, device: torch.device) -> str:
