@@ -7,7 +7,9 @@ repeats the numbers it always gave.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 from typing import Any
 
 import numpy as np
@@ -131,7 +133,33 @@ def padded(rows: list[list[float]], width: int, device: torch.device) -> torch.T
     return out.to(device, non_blocking=True)
 
 
-def synchronize(device: torch.device) -> None:
-    """Wait for the GPU's queue (for phase timings, once per mini-batch; nothing on a CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+class DeviceTimer:
+    """The time a repeated phase of device work takes in all, read once, at the end.
+
+    On a GPU each timed span is a pair of CUDA events queued around the work, so timing
+    it never makes the host wait for the GPU's queue (``seconds`` waits once, for the
+    last event); elsewhere it is the host's clock.
+    """
+
+    def __init__(self, device: torch.device):
+        self._events = [] if torch.device(device).type == "cuda" else None
+        self._host_seconds = 0.0
+
+    @contextlib.contextmanager
+    def span(self):
+        if self._events is None:
+            started = time.perf_counter()
+            yield
+            self._host_seconds += time.perf_counter() - started
+            return
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        yield
+        end.record()
+        self._events.append((start, end))
+
+    def seconds(self) -> float:
+        if not self._events:
+            return self._host_seconds
+        self._events[-1][1].synchronize()
+        return sum(start.elapsed_time(end) for start, end in self._events) / 1000

@@ -158,17 +158,18 @@ class Parallel:
         with contextlib.nullcontext() if last else self.accelerator.no_sync(engine):
             self.accelerator.backward(loss)
 
-    def step(self, engine: Any, optimizer: Any, params: list[torch.Tensor], max_norm: float) -> float:
-        """Clip the gradients to ``max_norm`` and take the optimiser step; returns the norm before clipping."""
+    def step(self, engine: Any, optimizer: Any, params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+        """Clip the gradients to ``max_norm`` and take the optimiser step; returns the norm before clipping, a
+        0-d tensor the host reads when it needs it (reading it waits for the device)."""
         if self.accelerator is None:
-            norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+            norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
         elif self.kind == "deepspeed":  # the engine clips (gradient_clipping) and steps
             engine.step()
-            return float(engine.get_global_grad_norm())
+            return torch.as_tensor(engine.get_global_grad_norm(), dtype=torch.float64)
         else:
-            norm = float(self.accelerator.clip_grad_norm_(engine.parameters(), max_norm))
+            norm = self.accelerator.clip_grad_norm_(engine.parameters(), max_norm)
         optimizer.step()
-        return norm
+        return norm.detach()
 
     def _deepspeed_config(self, max_grad_norm: float) -> dict[str, Any]:
         """The DeepSpeed config accelerate read, with the values the trainer decides itself.

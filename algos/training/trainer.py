@@ -33,6 +33,7 @@ from gigpo_gym.algos.training import checkpoint as ckpt
 from gigpo_gym.algos.training import distributed
 from gigpo_gym.algos.training.checkpoint import RunFolder, last_reset
 from gigpo_gym.algos.training.compute import (
+    DeviceTimer,
     configure_determinism,
     configure_matmul,
     micro_batches,
@@ -40,7 +41,6 @@ from gigpo_gym.algos.training.compute import (
     padded,
     padding_share,
     plan_update_memory,
-    synchronize,
     token_micro_batches,
 )
 from gigpo_gym.algos.training.config import ConfigError, OptimConfig, TrainConfig, config_to_dict, scheduled_lr
@@ -618,7 +618,7 @@ class Trainer:
         each mini-batch, with the mini-batch's global token count, so N processes take one
         process's step.  All processes run the same number of micro-batches (zero-weight
         ones where a process has fewer).  The loop reads nothing back from the device until
-        its end, except each optimiser step's gradient norm.
+        its end (the gradient norms and the steps' times included).
         """
         o, p = self.cfg.optim, self.parallel
         for group in self.optimizer.param_groups:
@@ -629,7 +629,7 @@ class Trainer:
         norms: list[float] = []
         rng = np.random.default_rng(derive_seed(self.cfg.seed, iteration, 3))
         total = whole.prompt_lengths + whole.response_lengths
-        started, step_seconds = time.perf_counter(), 0.0
+        started, step_time = time.perf_counter(), DeviceTimer(self.device)
         used: list[np.ndarray] = []  # this process's micro-batches (their padding share is logged)
         self.engine.train()
         for _ in range(o.epochs):
@@ -657,22 +657,19 @@ class Trainer:
                     if weight:
                         for key in summed:
                             stats[key].append(st[key])
-                synchronize(self.device)  # the step's own time, apart from the queued forward and backward
-                t_step = time.perf_counter()
-                norms.append(p.step(self.engine, self.optimizer, self.params, o.max_grad_norm))
-                synchronize(self.device)
-                step_seconds += time.perf_counter() - t_step
+                with step_time.span():  # the step's own time, apart from the queued forward and backward
+                    norms.append(p.step(self.engine, self.optimizer, self.params, o.max_grad_norm))
         # per-micro-batch terms are parts of a mini-batch mean: sum them per mini-batch, average mini-batches
-        updates = max(len(norms), 1)
+        steps = len(norms)
         read = {k: torch.stack(v).double().cpu().numpy() if v else np.zeros(0) for k, v in stats.items()}
         totals = p.sum([float(np.sum(read[k])) for k in summed])
-        m = {f"train/{k}": v / updates for k, v in zip(summed, totals) if norms}
-        if norms:
-            m["train/grad_norm"] = float(np.mean(norms))
-        m["train/optimizer_steps"] = float(len(norms))
+        m = {f"train/{k}": v / steps for k, v in zip(summed, totals)} if steps else {}
+        if steps:
+            m["train/grad_norm"] = float(np.mean(torch.stack(norms).double().cpu().numpy()))
+        m["train/optimizer_steps"] = float(steps)
         m["train/padding_share"] = padding_share(used, total)  # of this process's micro-batches
         m["time/optimize_seconds"] = time.perf_counter() - started  # forward, backward and the optimiser steps
-        m["time/step_seconds"] = step_seconds  # the optimiser steps alone (clipping included)
+        m["time/step_seconds"] = step_time.seconds()  # the optimiser steps alone (clipping included)
         m["time/score_seconds"] = rows.score_seconds  # old log-probs (when recomputed) and the reference's, one pass
         m["time/reference_seconds"] = rows.reference_seconds
         return m
