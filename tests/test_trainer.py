@@ -6,6 +6,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from helpers_fake import CORRIDOR_ID
@@ -118,6 +119,31 @@ def test_a_null_mini_batch_takes_one_optimiser_step_per_epoch_over_all_the_itera
     assert split["train/optimizer_steps"] > 2
     for name, p in whole_weights.items():
         assert torch.equal(p, larger_weights[name]), name
+
+
+def test_ppo_s_advantages_are_returns_less_the_critic_s_values_and_its_updates_fit_the_critic(tmp_path):
+    """PPO through the trainer: the rollout's rows are valued by the value head (gathered before the update),
+    the advantages are the Monte-Carlo returns less those values (gamma = lambda = 1, not whitened), and each
+    update on the same rows moves the value head toward the returns."""
+    from gigpo_gym.algos.training.rollout import collect
+    from gigpo_gym.algos.training.trainer import Trainer
+    from gigpo_gym.core.env import derive_seed
+
+    with Trainer(small_config(tmp_path, "algo.name=ppo", "algo.kwargs.normalize_advantages=false", "optim.kl_coef=0")) as t:
+        rollout = collect(t.actor, t.envs, t.sampling(1), seed=derive_seed(0, 1), shaping=t.shaping)
+        with torch.no_grad():
+            values = t.policy.values(rollout.tokens).numpy()
+        head = t.policy.value_head.weight.detach().clone()
+        losses = []
+        for _ in range(3):
+            losses.append(t.update(rollout, 1)["train/value_loss"])
+            if len(losses) == 1:
+                first = t.advantages
+    np.testing.assert_allclose(first.batch.values, values, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(first.per_row, first.value_targets - values, rtol=1e-5, atol=1e-5)
+    assert len(set(np.round(first.value_targets, 6))) > 1  # returns that differ between rows
+    assert losses[0] > losses[1] > losses[2] > 0
+    assert not torch.equal(t.policy.value_head.weight, head)
 
 
 def test_a_kl_reset_anchors_the_kl_to_the_policy_of_its_iteration_and_a_resume_finds_it(tmp_path):

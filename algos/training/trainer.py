@@ -478,11 +478,11 @@ class Trainer:
         values = None
         if self.algo.needs_critic:
             tokens, mb = rollout.tokens, self.cfg.optim.micro_batch_size
-            with torch.no_grad():
-                values = np.concatenate([
-                    self.scorer.values(tokens.select(range(a, min(a + mb, len(tokens))))).cpu().numpy()
+            with torch.no_grad():  # read back once, not per micro-batch
+                values = torch.cat([
+                    self.scorer.values(tokens.select(range(a, min(a + mb, len(tokens))))).float()
                     for a in range(0, len(tokens), mb)
-                ]) if len(tokens) else np.zeros(0)
+                ]).cpu().numpy() if len(tokens) else np.zeros(0)
         lengths = np.array([[len(p), len(r)] for p, r in zip(rollout.prompt_ids, rollout.response_ids)],
                            dtype=np.int64).reshape(-1, 2)
         parts = self.parallel.gather_objects((rollout.without_tokens(), lengths, values))
