@@ -127,8 +127,8 @@ TRL_SETTINGS["both"] = TRL_SETTINGS["env-reward"][1:]  # TRL's reward on the rec
 # group whose episodes tied, and the tied groups themselves, which the recipe leaves out
 TRL_SETTINGS["no-penalty"] = ("reward.invalid_action_penalty=0.0",)
 TRL_SETTINGS["keep-tied"] = ("optim.skip_zero_advantage=false",)
-# mini-batch-32 moved about as far as whole-batch: its ~38 steps at 8e-6 (about 15/38 of the recipe's 2e-5) against
-# whole-batch's 15 at 2e-5, so whether fewer steps or whole-iteration steps is what helps
+# mini-batch-32 at about 15/38 of the recipe's 2e-5, so that its ~38 steps move the policy about as far as
+# whole-batch's 15 at 2e-5: whether fewer steps or whole-iteration steps is what helps
 TRL_SETTINGS["mini-batch-32-lr8e-6"] = ("optim.mini_batch_size=32", "optim.lr=8e-6")
 
 

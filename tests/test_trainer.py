@@ -134,11 +134,9 @@ def test_ppo_s_advantages_are_returns_less_the_critic_s_values_and_its_updates_f
         with torch.no_grad():
             values = t.policy.values(rollout.tokens).numpy()
         head = t.policy.value_head.weight.detach().clone()
-        losses = []
-        for _ in range(3):
-            losses.append(t.update(rollout, 1)["train/value_loss"])
-            if len(losses) == 1:
-                first = t.advantages
+        losses = [t.update(rollout, 1)["train/value_loss"]]
+        first = t.advantages
+        losses += [t.update(rollout, 1)["train/value_loss"] for _ in range(2)]
     np.testing.assert_allclose(first.batch.values, values, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(first.per_row, first.value_targets - values, rtol=1e-5, atol=1e-5)
     assert len(set(np.round(first.value_targets, 6))) > 1  # returns that differ between rows

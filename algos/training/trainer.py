@@ -626,7 +626,7 @@ class Trainer:
         summed = ["pg_loss", "clip_fraction", "approx_kl_old"] + (["kl_ref"] if rows.ref is not None else []) + (
             ["entropy"] if self.weights.entropy_coef > 0 else []) + (["value_loss"] if rows.targets is not None else [])
         stats: dict[str, list[torch.Tensor]] = {k: [] for k in summed}  # read once, after the loop
-        norms: list[float] = []
+        norms: list[torch.Tensor] = []  # each optimiser step's gradient norm, on the device until the end
         rng = np.random.default_rng(derive_seed(self.cfg.seed, iteration, 3))
         total = whole.prompt_lengths + whole.response_lengths
         started, step_time = time.perf_counter(), DeviceTimer(self.device)
