@@ -234,6 +234,9 @@ def test_an_untested_trl_version_is_refused_at_import(monkeypatch):
     monkeypatch.setattr(integrations.metadata, "version", lambda name: "1.17.2")
     with pytest.raises(ImportError, match=r"trl 1.17.2 is installed; .* tested with trl >=1.16,<1.17.*\[trl\]"):
         require("trl")
+    monkeypatch.setattr(integrations.metadata, "version", lambda name: "5.26.0")
+    with pytest.raises(ImportError, match=r"transformers 5.26.0 is installed; .* >=5.13,<5.26.*\[trl\]"):
+        require("transformers")
 
 
 # -- the trainer, with a tiny model that writes tool calls -------------------------------------------------

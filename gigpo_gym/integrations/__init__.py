@@ -21,6 +21,7 @@ from gigpo_gym.core.extras import MissingExtra, install_command
 #: library distribution -> (extra, lowest supported version, first unsupported version).
 SUPPORTED: dict[str, tuple[str, str, str]] = {
     "trl": ("trl", "1.16", "1.17"),
+    "transformers": ("trl", "5.13", "5.26"),  # what TRL's adapter parses tool calls with
     "openenv-core": ("openenv", "0.3", "0.4"),
     "skyrl-gym": ("skyrl", "0.4", "0.5"),
 }

@@ -27,6 +27,7 @@ from typing import Any
 from gigpo_gym.integrations import require
 
 TRL_VERSION = require("trl")
+TRANSFORMERS_VERSION = require("transformers")
 
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402

@@ -34,14 +34,17 @@ def _fixed_strings(data) -> list[str]:
     tools = json.loads(first["tools"])
     system = _rendered([{"role": "user", "content": ""}], tools).split("<|im_start|>user")[0]
     strings = {system, first["messages"][0]["content"].split("\n\n")[0]}
-    strings |= {"<|im_start|>assistant\n", "<|im_start|>tool\n", "<|im_start|>user\n", "</tool_call>", "<eos>\n"}
+    strings |= {"<|im_start|>assistant\n", "<|im_start|>tool\n", "<|im_start|>user\n", "<tool_call>", "</tool_call>",
+                "<eos>\n"}
     for row in data:
         for message in row["messages"]:
             for call in message.get("tool_calls") or []:
                 arguments = json.loads(call["function"]["arguments"])
                 name = next(iter(arguments))
-                strings.add(f'<tool_call>{{"name": "{call["function"]["name"]}", "arguments": {{"{name}": "')
-    strings.add('"}}</tool_call>')
+                # the call's tags stay tokens of their own: transformers (5.25+) reads a tag as a delimiter only
+                # where the model wrote the tag's own token
+                strings.add(f'{{"name": "{call["function"]["name"]}", "arguments": {{"{name}": "')
+    strings.add('"}}')
     return sorted(strings, key=lambda s: (-len(s), s))  # a set's order varies with the string hash seed
 
 
