@@ -112,6 +112,16 @@ def test_the_readme_names_every_extra():
     assert set(setup["options.extras_require"]) <= named, sorted(set(setup["options.extras_require"]) - named)
 
 
+def test_each_integration_checks_the_range_its_extra_declares():
+    from gigpo_gym.integrations import SUPPORTED
+
+    setup = configparser.ConfigParser()
+    setup.read(Path(__file__).resolve().parents[1] / "setup.cfg")
+    for distribution, (extra, low, high) in SUPPORTED.items():
+        declared = setup["options.extras_require"][extra].split()
+        assert f"{distribution}>={low},<{high}" in declared, (distribution, extra, declared)
+
+
 def _first_url(stream) -> str:
     """The first http://127.0.0.1:PORT/ a server prints (its "serving on" line)."""
     for line in stream:

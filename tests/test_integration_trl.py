@@ -227,7 +227,7 @@ def test_config_errors_name_the_value_and_the_choices(tmp_path):
     assert config(tmp_path, estimator="grpo").build_estimator().config() == get_algorithm("grpo").config()
 
 
-def test_an_untested_trl_version_is_refused_at_import(monkeypatch):
+def test_an_untested_trl_or_transformers_version_is_refused_at_import(monkeypatch):
     from gigpo_gym import integrations
 
     assert require("trl").startswith("1.16")
