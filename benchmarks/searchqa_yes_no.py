@@ -16,10 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 
-from bench_learning import paired
-from bench_llm_learning import paired_gain
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_learning import paired  # noqa: E402  (Student-t interval over seeds)
+from bench_llm_learning import paired_gain  # noqa: E402  (gain paired by question)
 
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,14 +13,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def yes_no_bench():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location("searchqa_yes_no", ROOT / "benchmarks" / "searchqa_yes_no.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("searchqa_yes_no", ROOT / "benchmarks" / "searchqa_yes_no.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def episode(task: str, won: bool, answer: str | None) -> dict:
