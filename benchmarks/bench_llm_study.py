@@ -323,7 +323,12 @@ def trl_grpo_episodes(args, seed: int) -> list[dict[str, Any]] | None:
     """TRL's GRPO model's test outcomes on ``seed``, from ``bench_trl_searchqa.py``'s carried evaluation in
     ``--results`` (seed 0's in ``trl_searchqa_runs``, another seed's in ``trl_searchqa_runs_seed{S}``), or None."""
     folder = "trl_searchqa_runs" if seed == 0 else f"trl_searchqa_runs_seed{seed}"
-    ev = _read(Path(args.results) / folder / "grpo" / "eval.json")
+    return trl_episodes(Path(args.results) / folder / "grpo" / "eval.json")
+
+
+def trl_episodes(path: Path) -> list[dict[str, Any]] | None:
+    """The test outcomes in one of ``bench_trl_searchqa.py``'s ``eval.json`` (EM by task id), or None without it."""
+    ev = _read(path)
     return None if ev is None else [{"task_id": task, "won": won} for task, won in ev["em"].items()]
 
 

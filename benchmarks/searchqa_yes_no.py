@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_learning import paired  # noqa: E402  (Student-t interval over seeds)
 from bench_llm_learning import paired_gain  # noqa: E402  (gain paired by question)
+from bench_llm_study import trl_episodes  # noqa: E402  (TRL's evaluations)
 
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
 
@@ -38,9 +39,12 @@ def yes_no_questions(world_size: int = 800, split: str = "test") -> dict[str, st
 def read_evaluation(path: Path) -> list[dict]:
     """The episodes of an ``eval.json``: the package's (``episodes``) or TRL's (``em`` by task id, no replies)."""
     data = json.loads(path.read_text())
-    if "episodes" in data:
-        return data["episodes"]
-    return [{"task_id": task, "won": float(em) == 1.0} for task, em in data["em"].items()]
+    return data["episodes"] if "episodes" in data else trl_episodes(path)
+
+
+def without(episodes: list[dict], yes_no: dict[str, str]) -> list[dict]:
+    """The episodes of the questions that are not yes/no ones."""
+    return [e for e in episodes if e["task_id"] not in yes_no]
 
 
 def final_answer(episode: dict) -> str | None:
@@ -53,12 +57,11 @@ def summarise(episodes: list[dict], warm_start: list[dict], yes_no: dict[str, st
     """One evaluation: yes/no questions won and answered, and the gain over ``warm_start`` without them."""
     asked = [e for e in episodes if e["task_id"] in yes_no]
     answers = [final_answer(e) for e in asked]
-    others = [e for e in episodes if e["task_id"] not in yes_no]
     return {"yes_no_won": sum(bool(e["won"]) for e in asked), "yes_no_questions": len(asked),
             "answered_yes": answers.count("yes"), "answered_no": answers.count("no"),
             "answers_kept": any(a is not None for a in answers),
             "gain": paired_gain(warm_start, episodes),
-            "gain_without_yes_no": paired_gain([e for e in warm_start if e["task_id"] not in yes_no], others)}
+            "gain_without_yes_no": paired_gain(without(warm_start, yes_no), without(episodes, yes_no))}
 
 
 def study_evaluations(results: Path) -> dict[str, tuple[Path, Path]]:
@@ -79,9 +82,6 @@ def study_evaluations(results: Path) -> dict[str, tuple[Path, Path]]:
 def over_seeds(rows: dict, evaluations: dict, yes_no: dict[str, str]) -> dict[str, dict]:
     """Per setting with two seeds or more: its gain over SFT, TRL's GRPO over it, and (where GiGPO ran in the same
     setting) GiGPO over GRPO, each without the yes/no questions, per seed and over seeds."""
-    def others(name):
-        return [e for e in evaluations[name][0] if e["task_id"] not in yes_no]
-
     by_setting: dict[str, dict[int, str]] = {}
     for name in rows:
         if name.startswith("seed"):
@@ -101,7 +101,7 @@ def over_seeds(rows: dict, evaluations: dict, yes_no: dict[str, str]) -> dict[st
             seeds = [s for s in runs if s in grpo]
             if len(seeds) >= 2:
                 out[f"{setting} over {'grpo' + setting.removeprefix('gigpo')}"] = paired(
-                    [paired_gain(others(grpo[s]), others(runs[s]))["mean"] for s in seeds])
+                    [paired_gain(without(evaluations[grpo[s]][0], yes_no), without(evaluations[runs[s]][0], yes_no))["mean"] for s in seeds])
     return out
 
 
@@ -117,9 +117,8 @@ def main(argv: list[str] | None = None) -> dict:
     for name, row in rows.items():  # TRL's GRPO on the same seed against each of the package's runs
         trl = evaluations.get(f"trl-{name.split('-')[0]}-grpo")
         if name.startswith("seed") and trl:
-            row["trl_grpo_over_this_without_yes_no"] = paired_gain(
-                [e for e in evaluations[name][0] if e["task_id"] not in yes_no],
-                [e for e in trl[0] if e["task_id"] not in yes_no])
+            row["trl_grpo_over_this_without_yes_no"] = paired_gain(without(evaluations[name][0], yes_no),
+                                                                   without(trl[0], yes_no))
     print(f"{len(yes_no)} yes/no questions ({sum(a == 'no' for a in yes_no.values())} 'no'); gains in EM points, "
           f"paired by question")
     print(f"{'run':<34} {'yes/no won':>10} {'yes':>4} {'no':>4} {'gain':>13} {'gain without yes/no':>20} "
