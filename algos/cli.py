@@ -63,17 +63,11 @@ def _is_main_process() -> bool:
 
 
 def run_train_command(args: argparse.Namespace) -> int:
-    import yaml
-
     from gigpo_gym.algos.training.checkpoint import CheckpointError
     from gigpo_gym.algos.training.config import ConfigError, load_config
     from gigpo_gym.algos.training.trainer import run_training
 
-    overrides = list(args.overrides)
-    for flag, key in SHORTCUTS.items():
-        value = getattr(args, flag, None)
-        if value is not None:
-            overrides.append(f"{key}={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}")
+    overrides = flag_overrides(args)
     if args.no_progress:
         overrides.append("progress=false")
     try:
@@ -187,6 +181,18 @@ def check_model(name: str) -> None:
                       f"(nothing downloads at run time); {fix}")
 
 
+def flag_overrides(args: argparse.Namespace, skip: tuple[str, ...] = ()) -> list[str]:
+    """The ``--set`` overrides, then those of the shortcut flags (``SHORTCUTS``) but ``skip``'s: the flags win."""
+    import yaml
+
+    overrides = list(args.overrides)
+    for flag, key in SHORTCUTS.items():
+        value = getattr(args, flag, None)
+        if value is not None and flag not in skip:
+            overrides.append(f"{key}={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}")
+    return overrides
+
+
 def _reset_algo_kwargs(args: argparse.Namespace, overrides: list[str]) -> None:
     """``--algo X`` on a config written for another algorithm drops that algorithm's kwargs.
 
@@ -198,7 +204,7 @@ def _reset_algo_kwargs(args: argparse.Namespace, overrides: list[str]) -> None:
 
     if args.algo is None or any(o.strip().startswith("algo.kwargs") for o in args.overrides):
         return
-    written = load_config(args.config, args.overrides).algo
+    written = load_config(args.config, flag_overrides(args, skip=("algo",))).algo  # the other flags may be needed
     if written.name != args.algo and written.kwargs:
         print(f"note: --algo {args.algo} replaces {written.name}; its algo.kwargs {written.kwargs} are not used",
               file=sys.stderr)

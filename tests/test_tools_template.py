@@ -322,8 +322,11 @@ def test_settings_the_template_does_not_read_are_errors():
         env.reset(seed=0, options={"level": 2})
     from gigpo_gym.algos.training.config import ConfigError, load_config
 
-    with pytest.raises(ConfigError, match="'tools' is TRL's tool-calling chat.*the trainer trains on prompt strings"):
-        load_config(None, ["prompt.template=tools"])
+    for setting, message in (("sft.steps=2", "sft.steps: the warm start trains on prompt strings"),
+                             ("model.choose_admissible=true", "model.choose_admissible .* use one or the other"),
+                             ("model.generation=vllm", "'vllm' is fed prompt ids only and answers no chats")):
+        with pytest.raises(ConfigError, match=message):
+            load_config(None, ["prompt.template=tools", setting])
 
 
 class _TextOnly(Policy):
@@ -344,6 +347,42 @@ def test_the_leaderboard_refuses_tools_for_a_policy_that_reads_prompt_strings_on
         resolve_policy("textonly", SEARCHQA, template="tools", choose_admissible=True)
     assert cli.main(["leaderboard", "--policy", "expert", "--envs", "searchqa-test", "--prompt", "tools"]) == 2
     assert "--prompt tools is for LLM policies" in capsys.readouterr().err
+
+
+def test_the_trainer_trains_in_trls_chat_on_the_tokens_the_model_wrote(tiny, tmp_path):
+    """prompt.template 'tools' through the trainer: the rows are the chat's tokens as generated (scored again, they
+    give the rollout's log-probs), tool results are cut in the model's own tokens, and the update moves the weights."""
+    import torch
+
+    from gigpo_gym.algos.training.config import ConfigError, load_config
+    from gigpo_gym.algos.training.trainer import Trainer
+
+    settings = ["env.id=gigpo_gym/SearchQA-v0", "env.kwargs={split: train, world_size: 800, topk: 2}",
+                "env.num_groups=2", "env.group_size=4", "env.eval_episodes=0", f"model.name={tiny}",
+                "model.device=cpu", "prompt.template=tools", "prompt.max_observation_tokens=40",
+                "sampling.max_new_tokens=48", "algo.name=grpo", "optim.lr=1e-3", "optim.skip_zero_advantage=false",
+                "iterations=1", "progress=false", "eval_before=false", f"run_dir={tmp_path / 'run'}"]
+    cfg = load_config(None, settings)
+    assert cfg.wrapper().keywords["prompt"].observation_tokenizer == tiny  # TRL's recipe cuts in the policy's tokens
+    with pytest.raises(ConfigError, match="the given policy answers prompt strings only"):
+        Trainer(cfg, policy=_TextOnly())
+    with Trainer(cfg) as trainer:
+        rollout = trainer.rollout(1)
+        later = [k for k in range(len(rollout)) if rollout.step_ids[k] > 0]
+        assert later  # episodes went on after their first tool call
+        for k in later:  # a later turn's prompt is the earlier turn's prompt and reply, then the tool's message
+            earlier = next(j for j in range(len(rollout)) if rollout.traj_ids[j] == rollout.traj_ids[k]
+                           and rollout.step_ids[j] == rollout.step_ids[k] - 1)
+            assert rollout.prompt_ids[k][:len(rollout.prompt_ids[earlier]) + len(rollout.response_ids[earlier])] \
+                == rollout.prompt_ids[earlier] + rollout.response_ids[earlier]
+        with torch.no_grad():
+            scored = trainer.policy.log_probs(rollout.tokens).log_probs
+        for k, old in enumerate(rollout.old_log_probs):
+            assert scored[k, :len(old)].tolist() == pytest.approx(old, abs=1e-4)
+        before = [p.detach().clone() for p in trainer.params]
+        metrics = trainer.update(rollout, 1)
+        assert metrics["train/optimizer_steps"] == 1
+        assert any(not torch.equal(a, p) for a, p in zip(before, trainer.params))
 
 
 def test_a_long_template_s_prompts_end_where_the_model_s_positions_leave_room_for_the_reply(tiny):

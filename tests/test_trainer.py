@@ -420,7 +420,8 @@ def test_algo_flag_drops_the_other_algorithms_kwargs_and_bad_algo_keys_are_confi
     import argparse
     from pathlib import Path
 
-    from gigpo_gym.algos.cli import _reset_algo_kwargs, add_cli
+    from gigpo_gym.algos.cli import _reset_algo_kwargs, add_cli, flag_overrides
+    from gigpo_gym.algos.training.config import resolve_config
 
     demo = str(Path(__file__).resolve().parents[1] / "configs" / "demo.yaml")
     parser = argparse.ArgumentParser()
@@ -436,6 +437,15 @@ def test_algo_flag_drops_the_other_algorithms_kwargs_and_bad_algo_keys_are_confi
     assert load_config(demo, overrides).algo.kwargs == {"gamma": 0.9}
     with pytest.raises(ConfigError, match=r"algo.kwargs: grpo: unknown config key 'gamma'"):
         load_config(demo, ["algo.name=grpo", f"run_dir={tmp_path / 'run'}"])
+    # the config read for its algorithm has the other flags: here --sft-steps 0 is what the tools template needs
+    chat = parser.parse_args(["train", "--config", "searchqa_smollm2", "--algo", "grpo", "--sft-steps", "0",
+                              *[f"--set={o}" for o in ("prompt.template=tools", "prompt.history_length=2",
+                                                       "prompt.intro=null", "prompt.action_format=null")]])
+    chat.config = resolve_config(chat.config)
+    overrides = flag_overrides(chat)
+    _reset_algo_kwargs(chat, overrides)
+    cfg = load_config(chat.config, overrides)
+    assert (cfg.algo.name, cfg.algo.kwargs, cfg.sft.steps, cfg.prompt.template) == ("grpo", {}, 0, "tools")
     bad = parser.parse_args(["train", "--set", "algo.kwargs.gama=0.9", "--run-dir", str(tmp_path / "bad")])
     assert bad.func(bad) == 2
     err = capsys.readouterr().err

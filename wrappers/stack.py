@@ -74,7 +74,7 @@ class PromptConfig:
     max_observation_tokens: int = 512
     """The 'tools' template: tool results are cut to this many tokens, as TRL's ``environment_class`` cuts them in training."""
     observation_tokenizer: str | None = None
-    """The 'tools' template: the tokenizer (a local folder) whose tokens ``max_observation_tokens`` counts, the policy's as in training; None: UTF-8 bytes."""
+    """The 'tools' template: the tokenizer (a local folder) whose tokens ``max_observation_tokens`` counts, the policy's as in training; None: the model folder's (trainer, leaderboard), else UTF-8 bytes."""
     system_prompt: str | None = None
     """A system message before each prompt (with the chat template; the 'tools' template's chats too)."""
     response_prefix: str = ""

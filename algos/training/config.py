@@ -391,10 +391,8 @@ class TrainConfig:
         if not self.collective_timeout_s > 0:
             raise ConfigError(f"collective_timeout_s must be > 0, got {self.collective_timeout_s}")
         e, o = self.env, self.optim
-        if self.prompt.template == "tools":  # the SFT warm start and the update read prompt strings, not chats
-            raise ConfigError("prompt.template 'tools' is TRL's tool-calling chat, for evaluating a model trained "
-                              "with TRL (gigpo_gym.integrations.trl; the leaderboard's --prompt tools): the trainer "
-                              "trains on prompt strings, with the 'default' or 'paper' template")
+        if self.prompt.template == "tools":
+            self._check_chat()
         for kwargs in ("kwargs", "eval_kwargs", "select_kwargs"):  # how the policy sees the env belongs to its prompt
             if "observation_mode" in getattr(e, kwargs):
                 raise ConfigError(f"env.{kwargs}.observation_mode: how the policy sees the env is "
@@ -409,6 +407,19 @@ class TrainConfig:
         if o.loss_over == "choices" and not self.model.choose_admissible:
             raise ConfigError("optim.loss_over: choices trains the choice among admissible actions; "
                               "it needs model.choose_admissible: true")
+
+    def _check_chat(self) -> None:
+        """The 'tools' template trains in TRL's tool-calling chat: what reads prompt strings instead is refused."""
+        if self.sft.steps:
+            raise ConfigError("sft.steps: the warm start trains on prompt strings, and prompt.template 'tools' plays "
+                              "chats; warm-start in TRL's chat (gigpo_gym.integrations.trl.expert_conversations with "
+                              "TRL's SFTTrainer), then set model.name to that folder and sft.steps: 0")
+        if self.model.choose_admissible:
+            raise ConfigError("model.choose_admissible answers prompt strings with an admissible action; "
+                              "prompt.template 'tools' asks for tool calls: use one or the other")
+        if self.model.generation == "vllm":
+            raise ConfigError("model.generation 'vllm' is fed prompt ids only and answers no chats; "
+                              "prompt.template 'tools' needs model.generation: hf")
 
     def env_kwargs(self, role: Literal["train", "eval", "select"] = "train") -> dict[str, Any]:
         """``gym.make`` kwargs of the run's training, held-out or selection envs (the prompt's observation mode too)."""
@@ -438,8 +449,15 @@ class TrainConfig:
                 raise ConfigError(f"env.{key} (the {role} envs of {e.id}): {message}") from None
 
     def wrapper(self):
-        """The prompt stack every env of the run wears (picklable, for ``make_grouped(wrappers=...)``)."""
-        return llm_stack(self.prompt, self.env.anchor_mode)
+        """The prompt stack every env of the run wears (picklable, for ``make_grouped(wrappers=...)``).
+
+        The 'tools' template cuts tool results in the tokens of the model folder's own tokenizer
+        unless ``prompt.observation_tokenizer`` names another, as TRL's recipe and the leaderboard do.
+        """
+        prompt = self.prompt
+        if prompt.template == "tools" and prompt.observation_tokenizer is None and Path(self.model.name).is_dir():
+            prompt = dataclasses.replace(prompt, observation_tokenizer=self.model.name)
+        return llm_stack(prompt, self.env.anchor_mode)
 
     def make_envs(self, role: Literal["train", "eval", "select"] = "train", num_groups: int | None = None,
                   group_offset: int = 0):

@@ -158,6 +158,9 @@ class Trainer:
                 check_vllm()
             except BackendUnavailable as err:
                 raise ConfigError(str(err)) from None
+        if policy is not None and cfg.prompt.template == "tools" and "messages" not in policy.needs_context:
+            raise ConfigError("prompt.template 'tools' plays chats with tool calls, and the given policy answers "
+                              "prompt strings only (its needs_context has no 'messages')")
         cfg.check_envs()  # a bad split, task type or data folder: one line, before the run folder exists
         self.run_dir.mkdir(parents=True, exist_ok=True)
         configure_determinism(cfg.deterministic)
