@@ -305,7 +305,8 @@ def run(args) -> dict[str, dict]:
     return points
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The benchmark's options (their defaults are TRL's recipe, which other benchmarks read too)."""
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-root", type=Path, default=Path("runs/trl_searchqa"),
                         help="folder of the stages (sft, grpo, gigpo): models, TRL checkpoints, done.json, eval.json "
@@ -352,7 +353,11 @@ def main() -> None:
     parser.add_argument("--carry", type=Path, default=None, metavar="DIR",
                         help="results files of earlier sittings (benchmarks/results/trl_searchqa_runs): copied into "
                              "--run-root first, and the run root's copied there after each stage (default: none)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
 
     import torch
 
