@@ -112,15 +112,16 @@ def main() -> None:
         trl_bench.carry(args.carry_trl, args.trl_root)
     if args.carry:
         carry(args.carry, args.run_root)
-    warm = trl_bench.sft(trl, args.trl_root)
-    run_dir = train(args, warm)
-    if args.carry:
-        carry(args.run_root, args.carry)
-    if not (run_dir / "eval.json").is_file():
+    run_dir = args.run_root / f"seed{args.seed}-grpo"
+    if not (run_dir / "eval.json").is_file():  # a carried evaluation needs neither weights nor training
+        warm = trl_bench.sft(trl, args.trl_root)
+        train(args, warm)
+        if args.carry:
+            carry(args.run_root, args.carry)
         result = trl_bench.evaluate(trl, exported(run_dir, warm))
         (run_dir / "eval.json").write_text(json.dumps(result))
-    if args.carry:
-        carry(args.run_root, args.carry)
+        if args.carry:
+            carry(args.run_root, args.carry)
     em = {name: json.loads(path.read_text())["em"] for name, path in (
         ("trl_sft", args.trl_root / "sft" / "eval.json"), ("trl_grpo", args.trl_root / "grpo" / "eval.json"),
         ("package_grpo", run_dir / "eval.json")) if path.is_file()}

@@ -175,6 +175,30 @@ def test_bench_evaluate_never_steps_an_env_past_the_completion_budget_and_resume
     assert len(again["em"]) == len(tasks) and not (model / "eval.partial.json").exists()
 
 
+def test_the_trainer_in_trls_chat_bench_trains_exports_and_carries_its_small_files(tiny, tmp_path):
+    """bench_trainer_trl_chat.py: the recipe in TRL's chat trains from a TRL-made folder, its final weights load in
+    transformers with the folder's chat template (for TRL's evaluation), and only the run's small files are carried."""
+    import torch
+    import yaml
+    from transformers import AutoModelForCausalLM
+
+    spec = importlib.util.spec_from_file_location("bench_trainer_trl_chat", ROOT / "benchmarks" / "bench_trainer_trl_chat.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = argparse.Namespace(run_root=tmp_path / "runs", seed=0, set=[
+        "iterations=1", "env.num_groups=1", "env.group_size=2", "model.device=cpu", "progress=false"])
+    run_dir = bench.train(args, Path(tiny))
+    written = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert (written["prompt"]["template"], written["algo"]["name"], written["model"]["name"]) == ("tools", "grpo", tiny)
+    model = bench.exported(run_dir, Path(tiny))
+    trained, warm = (AutoModelForCausalLM.from_pretrained(str(m)).state_dict() for m in (model, tiny))
+    assert any(not torch.equal(trained[k], warm[k]) for k in warm)
+    assert AutoTokenizer.from_pretrained(str(model)).chat_template == AutoTokenizer.from_pretrained(tiny).chat_template
+    bench.carry(args.run_root, tmp_path / "carried")
+    assert sorted(p.name for p in (tmp_path / "carried" / run_dir.name).iterdir()) == [
+        "config.yaml", "metrics.jsonl", "summary.json"]
+
+
 def _bench():
     spec = importlib.util.spec_from_file_location("bench_trl_searchqa", ROOT / "benchmarks" / "bench_trl_searchqa.py")
     module = importlib.util.module_from_spec(spec)

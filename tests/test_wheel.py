@@ -147,7 +147,7 @@ def test_the_wheel_installs_and_runs_without_torch_outside_the_source_tree(tmp_p
     assert train.returncode == 2
     assert train.stderr == ('error: gigpo-gym train needs the optional dependencies of the [train] extra: '
                             'pip install ".[train]" in your gigpo-gym clone (pip install "gigpo-gym[train]" once it '
-                            'is on PyPI) (yaml is not installed)\n')
+                            'is on PyPI) (torch is not installed)\n')
 
     # `pip install ".[api]"`: a served model on the leaderboard, still without torch
     _link_distributions(_dependency_closure(wheel, "api"), deps)
