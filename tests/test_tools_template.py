@@ -240,7 +240,7 @@ def test_bad_tool_calls_answer_trls_tool_errors_and_are_invalid_steps():
     assert contents[0] == "{'error': 'Tool serch not found.'}"
     assert contents[1] == "{'error': \"SearchQATools.search() got an unexpected keyword argument 'q'\"}"
     assert contents[2] == "Error: search() takes query as a string, got int."  # the env's own tool error
-    assert env.unwrapped._question.id == start and env.tool_env.steps == ()  # nothing was played
+    assert env.unwrapped._question.id == start and env.get_wrapper_attr("tool_env").steps == ()  # nothing was played
     _, _, terminated, _, info = env.step(replies[3])
     assert terminated and not info["action_valid"]  # TRL reads a malformed call as text: the conversation ends
     # an action the env refuses is the env's invalid action, stepped as TRL steps it
@@ -267,6 +267,10 @@ def test_the_step_limit_truncates_and_the_expert_plays_the_conversation_to_the_e
     for _ in range(2):
         _, _, terminated, truncated, _ = env.step(call("search", query="nothing"))
     assert (terminated, truncated) == (False, True)
+    env.reset(seed=1)  # replies that only err step nothing, and end at the step limit too
+    for _ in range(2):
+        _, _, terminated, truncated, info = env.step(call("serch", query="nothing"))
+    assert (terminated, truncated, info["action_valid"]) == (False, True, False)
     envs = gigpo_gym.make_grouped(SEARCHQA, 4, 1, seed=0, env_kwargs={"split": "test"},
                                   wrappers=(llm_stack(tools_prompt()),))
     out = collect(ExpertPolicy(), envs, SamplingParams(), seed=0)

@@ -139,7 +139,14 @@ def load_tokenizer(path: str) -> Any:
 
 
 def tools_stack(env: gym.Env, prompt: Any, anchor_mode: str = "state") -> gym.Env:
-    """The ``tools`` template's stack: ``ToolsPrompt(env)`` with the ``PromptConfig``'s cut and action list."""
+    """The ``tools`` template's stack: ``ToolsPrompt(env)`` with the ``PromptConfig``'s cut and action list, its
+    replies capped at the env's step limit.
+
+    A tool error steps nothing, so the env's own limit alone would let a model that only errs
+    talk on until its prompt limit (TRL caps a conversation's tool rounds too).
+    """
     tokenizer = None if prompt.observation_tokenizer is None else load_tokenizer(prompt.observation_tokenizer)
-    return ToolsPrompt(env, anchor_mode=anchor_mode, max_observation_tokens=prompt.max_observation_tokens,
+    chat = ToolsPrompt(env, anchor_mode=anchor_mode, max_observation_tokens=prompt.max_observation_tokens,
                        tokenizer=tokenizer, list_actions=prompt.list_actions)
+    limit = env.spec.max_episode_steps if env.spec is not None else None
+    return gym.wrappers.TimeLimit(chat, limit) if limit else chat
