@@ -36,13 +36,10 @@ import bench_trl_searchqa as trl_bench  # noqa: E402  (TRL's warm start, its eva
 from searchqa_yes_no import yes_no_questions  # noqa: E402
 
 #: The recipe moved into TRL's chat; TRL's recipe's tool-result cut and reply length; the template's defaults for
-#: the prompt keys the recipe sets for its own prompt; room for the whole conversation in the prompt; micro-batches
-#: of at most 2048 tokens, as the recipe's 8 rows of a late turn's chat (about 750 tokens each, at about 2 MB a token
-#: in a float32 forward and backward) outgrow a 24 GB machine (the loss and gradients are the same).
+#: the prompt keys the recipe sets for its own prompt; room for the whole conversation in the prompt.
 CHAT = ("prompt.template=tools", "prompt.history_length=2", "prompt.intro=null", "prompt.action_format=null",
         "prompt.max_observation_tokens=160", "sampling.max_new_tokens=48", "sampling.stop=[]",
-        "model.max_prompt_tokens=2048", "optim.micro_batch_tokens=2048", "sft.steps=0", "algo.name=grpo",
-        "algo.kwargs={}", "env.eval_episodes=0")
+        "model.max_prompt_tokens=2048", "sft.steps=0", "algo.name=grpo", "algo.kwargs={}", "env.eval_episodes=0")
 #: The small files of a run that another machine needs for the report.
 KEPT = ("config.yaml", "metrics.jsonl", "summary.json", "eval.json")
 
