@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -44,18 +43,22 @@ CHAT = ("prompt.template=tools", "prompt.history_length=2", "prompt.intro=null",
 KEPT = ("config.yaml", "metrics.jsonl", "summary.json", "eval.json")
 
 
+def run_folder(args) -> Path:
+    return args.run_root / f"seed{args.seed}-grpo"
+
+
 def train(args, warm: Path) -> Path:
     """The package's GRPO run from ``warm`` (resumed, or skipped when done); its folder."""
     from gigpo_gym.algos.training.checkpoint import list_checkpoints
     from gigpo_gym.algos.training.config import load_config
     from gigpo_gym.algos.training.trainer import run_training
 
-    run_dir = args.run_root / f"seed{args.seed}-grpo"
+    run_dir = run_folder(args)
     cfg = load_config("searchqa_smollm2", [*CHAT, f"model.name={warm}", f"seed={args.seed}", f"run_dir={run_dir}",
                                            "save_every=1", *args.set])
-    done = (run_dir / "summary.json").is_file() and list_checkpoints(run_dir / "checkpoints")
-    if not done:
-        run_training(cfg, resume="latest" if list_checkpoints(run_dir / "checkpoints") else None)
+    checkpoints = list_checkpoints(run_dir / "checkpoints")
+    if not ((run_dir / "summary.json").is_file() and checkpoints):
+        run_training(cfg, resume="latest" if checkpoints else None)
     return run_dir
 
 
@@ -71,17 +74,8 @@ def exported(run_dir: Path, warm: Path) -> Path:
     if not (folder / "model.safetensors").is_file():
         policy = HFPolicy.from_pretrained(str(warm), device="cpu")
         load_model(policy, str(latest_checkpoint(run_dir / "checkpoints") / POLICY_FILE))
-        policy.model.save_pretrained(str(folder))
-        policy.tokenizer.save_pretrained(str(folder))
+        policy.save(folder)
     return folder
-
-
-def carry(source: Path, target: Path) -> None:
-    """Copy the kept files of every run folder below ``source`` to the same place below ``target``."""
-    for path in source.glob("*/*"):
-        if path.name in KEPT and path.is_file():
-            (target / path.parent.name).mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target / path.parent.name / path.name)
 
 
 def main() -> None:
@@ -111,27 +105,27 @@ def main() -> None:
     if args.carry_trl:
         trl_bench.carry(args.carry_trl, args.trl_root)
     if args.carry:
-        carry(args.carry, args.run_root)
-    run_dir = args.run_root / f"seed{args.seed}-grpo"
+        trl_bench.carry(args.carry, args.run_root, KEPT)
+    run_dir = run_folder(args)
     if not (run_dir / "eval.json").is_file():  # a carried evaluation needs neither weights nor training
         warm = trl_bench.sft(trl, args.trl_root)
         train(args, warm)
         if args.carry:
-            carry(args.run_root, args.carry)
+            trl_bench.carry(args.run_root, args.carry, KEPT)
         result = trl_bench.evaluate(trl, exported(run_dir, warm))
         (run_dir / "eval.json").write_text(json.dumps(result))
         if args.carry:
-            carry(args.run_root, args.carry)
+            trl_bench.carry(args.run_root, args.carry, KEPT)
     em = {name: json.loads(path.read_text())["em"] for name, path in (
         ("trl_sft", args.trl_root / "sft" / "eval.json"), ("trl_grpo", args.trl_root / "grpo" / "eval.json"),
         ("package_grpo", run_dir / "eval.json")) if path.is_file()}
     yes_no = yes_no_questions()
     rest = {name: {k: v for k, v in scores.items() if k not in yes_no} for name, scores in em.items()}
+    pairs = [(a, b) for a, b in (("trl_sft", "package_grpo"), ("trl_sft", "trl_grpo"), ("trl_grpo", "package_grpo"))
+             if {a, b} <= set(em)]
     summary = {"seed": args.seed, "em": {name: 100 * sum(s.values()) / len(s) for name, s in em.items()},
-               "gains": {f"{b} - {a}": trl_bench.paired(em[a], em[b]) for a, b in (
-                   ("trl_sft", "package_grpo"), ("trl_sft", "trl_grpo"), ("trl_grpo", "package_grpo")) if {a, b} <= set(em)},
-               "gains_without_yes_no": {f"{b} - {a}": trl_bench.paired(rest[a], rest[b]) for a, b in (
-                   ("trl_sft", "package_grpo"), ("trl_sft", "trl_grpo"), ("trl_grpo", "package_grpo")) if {a, b} <= set(em)},
+               **{key: {f"{b} - {a}": trl_bench.paired(scores[a], scores[b]) for a, b in pairs}
+                  for key, scores in (("gains", em), ("gains_without_yes_no", rest))},
                "train_seconds": json.loads((run_dir / "summary.json").read_text()).get("seconds")}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=2) + "\n")

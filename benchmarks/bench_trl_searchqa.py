@@ -120,13 +120,13 @@ def loss_gap(first: list[float], second: list[float]) -> float:
 CARRIED = ("done.json", "eval.json")
 
 
-def carry(source: Path, target: Path) -> list[Path]:
-    """Copy each stage's ``CARRIED`` files from ``source`` to the same places under ``target``, where ``target``
-    has none or an older one (a warm start trained again this sitting keeps its record of that)."""
+def carry(source: Path, target: Path, names: tuple[str, ...] = CARRIED) -> list[Path]:
+    """Copy each stage's files named in ``names`` from ``source`` to the same places under ``target``, where
+    ``target`` has none or an older one (a warm start trained again this sitting keeps its record of that)."""
     import shutil
 
     copied = []
-    for path in sorted(p for name in CARRIED for p in source.glob(f"*/{name}")):
+    for path in sorted(p for name in names for p in source.glob(f"*/{name}")):
         to = target / path.relative_to(source)
         if not to.is_file() or (to.read_bytes() != path.read_bytes() and to.stat().st_mtime < path.stat().st_mtime):
             to.parent.mkdir(parents=True, exist_ok=True)

@@ -194,7 +194,7 @@ def test_the_trainer_in_trls_chat_bench_trains_exports_and_carries_its_small_fil
     trained, warm = (AutoModelForCausalLM.from_pretrained(str(m)).state_dict() for m in (model, tiny))
     assert any(not torch.equal(trained[k], warm[k]) for k in warm)
     assert AutoTokenizer.from_pretrained(str(model)).chat_template == AutoTokenizer.from_pretrained(tiny).chat_template
-    bench.carry(args.run_root, tmp_path / "carried")
+    bench.trl_bench.carry(args.run_root, tmp_path / "carried", bench.KEPT)
     assert sorted(p.name for p in (tmp_path / "carried" / run_dir.name).iterdir()) == [
         "config.yaml", "metrics.jsonl", "summary.json"]
 
