@@ -73,6 +73,19 @@ def test_a_policy_loads_with_the_kernel_the_config_names(tiny_path, tmp_path):
         load_config(None, ["model.attention=flash"])
 
 
+def test_loaded_and_saved_policies_never_swap_in_hub_kernels(tiny_path, tmp_path):
+    # transformers' default with the kernels package installed: kernelise at every train()/eval() on a GPU,
+    # fetching kernels from the Hub (offline, a failure at the first update)
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(str(tiny_path)).use_kernels
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu")
+    policy.save(tmp_path / "saved")
+    for model in (policy.model, HFPolicy.load(tmp_path / "saved", device="cpu").model):
+        model.train()
+        assert not model.use_kernels
+
+
 # -- bf16 autocast over float32 master weights, TF32 --------------------------------------
 def test_generation_computes_in_the_compute_dtype_over_float32_weights(tiny_path):
     policy = HFPolicy.from_pretrained(tiny_path, device="cpu", compute_dtype="bfloat16")
