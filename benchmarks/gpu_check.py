@@ -27,8 +27,9 @@ keeps what it had measured):
      card's rates; the update's padding share and peak memory;
    - the recipe's 50-step iteration extrapolated from the warm one's per-step costs
      (``extrapolate`` says how), beside verl-agent's 363 s on 2 H100s, per GPU;
-   - the update of 2 groups under ``torch.profiler`` (its top operators, the device's
-     busy share) and CUDA's sync debug mode (where the host waits for the GPU);
+   - the update of 2 groups under ``torch.profiler`` (its top operators, those of its
+     scoring pass apart, the device's busy share) and CUDA's sync debug mode (where the
+     host waits for the GPU);
    - the decoders (loop, static cache, continuous batching) on the first step's prompts;
    - the update of 2 groups again with one choice changed at a time;
 3. ``iteration-vllm``: the warm-up iteration with ``model.generation: vllm``, where vllm imports;
@@ -329,16 +330,47 @@ def first_groups(rollout, groups: int):
     return dataclasses.replace(rollout, **columns, episodes=[e for e in rollout.episodes if e.group_id < groups])
 
 
+#: The profiler's label around the update's scoring pass (old and reference log-probs), to tell its operators apart.
+SCORING = "gpu_check: old + reference log-probs"
+
+
+def device_busy_s(averages) -> float:
+    """Seconds the device worked: its own events (kernels, copies, fills; graph replays too).  Operators'
+    device times are those same kernels again, attributed to the operator that launched them."""
+    from torch.autograd import DeviceType
+
+    return sum(e.self_device_time_total for e in averages if e.device_type != DeviceType.CPU) / 1e6
+
+
+def operators_within(prof, label: str, key: str) -> dict[str, list[float]]:
+    """Each operator's calls and own time (``key``) inside the ranges ``label`` marks, by name."""
+    found: dict[str, list[float]] = {}
+
+    def walk(event) -> None:
+        for child in event.cpu_children:
+            calls_and_time = found.setdefault(child.name, [0, 0.0])
+            calls_and_time[0] += 1
+            calls_and_time[1] += getattr(child, key)
+            walk(child)
+
+    for event in prof.events():
+        if event.name == label:
+            walk(event)
+    return found
+
+
 def profile_update(trainer, rollout, iteration: int, groups: int = 2, top: int = 25) -> dict:
     """The update of ``rollout``'s first ``groups`` task groups, under torch.profiler and CUDA's sync debug mode.
 
     A part of the update: under the profiler each kernel costs host time, and the whole
-    update would take minutes.  Returns its top operators by own device time (a CPU: own
-    CPU time), the device's busy share of the wall time, and every place the host waited
-    for the GPU, by source line.
+    update would take minutes.  Returns its operators by own device time (a CPU: own
+    CPU time; kernels count under the operator that launched them), those of the
+    scoring pass apart, the device's busy share of the wall time, and every place the
+    host waited for the GPU, by source line.
     """
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     rollout = first_groups(rollout, groups)
     cuda = trainer.device.type == "cuda"
@@ -348,6 +380,13 @@ def profile_update(trainer, rollout, iteration: int, groups: int = 2, top: int =
     hooks = [m.register_forward_hook(
         lambda *_: calls.__setitem__(k := "training" if torch.is_grad_enabled() else "scoring", calls[k] + 1))
         for m in models.values()]
+    score = trainer.score_old_and_reference
+
+    def labelled_score(*args, **kwargs):
+        with record_function(SCORING):
+            return score(*args, **kwargs)
+
+    trainer.score_old_and_reference = labelled_score
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if cuda:
@@ -359,6 +398,7 @@ def profile_update(trainer, rollout, iteration: int, groups: int = 2, top: int =
                 sync(trainer.device)
                 wall = time.perf_counter() - t0
         finally:
+            del trainer.score_old_and_reference
             for hook in hooks:
                 hook.remove()
             if cuda:
@@ -369,15 +409,23 @@ def profile_update(trainer, rollout, iteration: int, groups: int = 2, top: int =
             where = f"{Path(w.filename).name}:{w.lineno}"
             waits[where] = waits.get(where, 0) + 1
     key = "self_device_time_total" if cuda else "self_cpu_time_total"
-    events = [e for e in prof.key_averages() if getattr(e, key, 0) > 0]
+    averages = prof.key_averages()
+    events = [e for e in averages if e.device_type == DeviceType.CPU and getattr(e, key, 0) > 0]
     events.sort(key=lambda e: getattr(e, key), reverse=True)
-    busy = sum(getattr(e, key) for e in events) / 1e6
+    total = sum(getattr(e, key) for e in events) / 1e6
+    busy = device_busy_s(averages) if cuda else total
+    scoring = sorted(((n, c, t) for n, (c, t) in operators_within(prof, SCORING, key).items() if t > 0),
+                     key=lambda x: -x[2])
+    scoring_s = sum(t for *_, t in scoring) / 1e6
     return {"groups": groups, "rows": len(rollout), "wall_s": wall, "device_busy_s": busy,
             "busy_share": busy / wall if cuda else None, "sorted_by": key, "micro_batches": calls["training"],
             "scoring_passes": calls["scoring"], "host_waits": sum(waits.values()),
             "host_waits_by_line": dict(sorted(waits.items(), key=lambda kv: -kv[1])),
             "top_operators": [{"name": e.key, "calls": e.count, "self_ms": getattr(e, key) / 1e3,
-                               "share": getattr(e, key) / 1e6 / busy if busy else None} for e in events[:top]]}
+                               "share": getattr(e, key) / 1e6 / total if total else None} for e in events[:top]],
+            "scoring_s": scoring_s,
+            "scoring_top_operators": [{"name": n, "calls": c, "self_ms": t / 1e3,
+                                       "share": t / 1e6 / scoring_s if scoring_s else None} for n, c, t in scoring[:top]]}
 
 
 DECODERS = ("loop", "static", "continuous")
@@ -514,11 +562,15 @@ def profile_decoding(policy, prompt_ids: list[list[int]], sampling, steps: int =
             wall = time.perf_counter() - t0
     done = max(len(g.response_ids) for g in replies)
     per_step = max(wall - prefill, 0.0) / max(done - 1, 1)  # a busy CPU's noise can exceed a tiny model's steps
+    from torch.autograd import DeviceType
+
     key = "self_device_time_total" if cuda else "self_cpu_time_total"
-    events = sorted((e for e in prof.key_averages() if getattr(e, key, 0) > 0), key=lambda e: getattr(e, key),
-                    reverse=True)
-    busy = sum(getattr(e, key) for e in events) / 1e6
-    by_cpu = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    averages = prof.key_averages()
+    # on a GPU the device's own events: a replayed graph's kernels belong to no operator
+    events = sorted((e for e in averages if getattr(e, key, 0) > 0 and (e.device_type != DeviceType.CPU) == cuda),
+                    key=lambda e: getattr(e, key), reverse=True)
+    busy = device_busy_s(averages)
+    by_cpu = sorted(averages, key=lambda e: e.self_cpu_time_total, reverse=True)
     return {"rows": len(prompt_ids), "steps": done, "prefill_s": prefill, "step_s": per_step, "wall_s": wall,
             "busy_share": busy / wall if cuda else None,
             "top_device_operators": [{"name": e.key, "calls": e.count, "self_ms": getattr(e, key) / 1e3}
@@ -858,9 +910,12 @@ def render_section(result: dict | None, profile_file: str = "gpu_check_profile.j
     if prof:
         ops = ", ".join(f"`{_op(o['name'])}` {o['self_ms']:.0f} ms" for o in prof.get("top_operators", [])[:6])
         busy = f", device busy {100 * prof['busy_share']:.0f}% of it" if prof["busy_share"] is not None else ""
+        scoring = ", ".join(f"`{_op(o['name'])}` {o['self_ms']:.0f} ms" for o in prof.get("scoring_top_operators", [])[:6])
         lines.append(f"- Profiled update of {prof['rows']} rows ({prof['groups']} groups): {prof['wall_s']:.1f} s{busy}; "
                      f"{prof['host_waits']} host waits for the GPU over {prof['micro_batches']} micro-batches"
-                     + (f"; top operators: {ops}" if ops else "") + f" (all: `{profile_file}`)")
+                     + (f"; top operators: {ops}" if ops else "")
+                     + (f"; of them in the old + reference log-probs ({prof['scoring_s']:.1f} s): {scoring}" if scoring
+                        else "") + f" (all: `{profile_file}`)")
     decoders = hf.get("decoders")
     if decoders:
         cells = [f"{k} " + (f"{decoders[k]['tokens_per_s']:,.0f} tok/s ({decoders[k]['seconds']:.1f} s; first call "

@@ -55,6 +55,8 @@ def test_the_dry_run_takes_every_step_on_a_cpu(tmp_path):
     update = profiles["update"]
     assert update["top_operators"] and update["rows"] == 2 * 4 * 2 and update["host_waits"] == 0
     assert update["micro_batches"] >= 1 and update["scoring_passes"] >= 1
+    # the scoring pass's operators apart: a part of the update's own time
+    assert update["scoring_top_operators"] and 0 < update["scoring_s"] < update["device_busy_s"]
     assert profiles["decoding"]["top_host_operators"] and hf["decoding"]["step_s"] >= 0 and 1 <= hf["decoding"]["steps"] <= 24
     assert set(gpu_check_module().DECODERS) <= set(hf["decoders"]) and hf["decoders"]["faster"] in ("loop", "static", "continuous")
     assert all(isinstance(v, dict) for v in hf["variants"].values()), hf["variants"]
@@ -63,6 +65,7 @@ def test_the_dry_run_takes_every_step_on_a_cpu(tmp_path):
     assert steps["iteration-vllm"]["status"] == "skipped" and "vllm" in steps["iteration-vllm"]["reason"]
     section = (tmp_path / "SPEED.md").read_text()
     assert section.count("## GPU check") == 1 and "| forward + backward |" in section
+    assert "of them in the old + reference log-probs" in section
     assert "[gpu_check] iteration-hf: passed" in out.stdout
 
 
