@@ -19,6 +19,7 @@ keeps what it had measured):
    episodes cut to ``--steps`` (10):
    - the card's own floors first: a bf16 matmul's FLOP/s and a device copy's bytes/s;
    - a few decoding steps of the configured decoder at the recipe's 128 rows, profiled;
+   - the decoders (loop, static cache, continuous batching) on those rows, 64 tokens each;
    - a warm-up iteration of 1-step episodes (CUDA's start, kernel choice, the allocator,
      the advantage loops' compilation), reported apart;
    - the warm iteration, phase by phase: generation (each env step's call timed), env
@@ -30,7 +31,6 @@ keeps what it had measured):
    - the update of 2 groups under ``torch.profiler`` (its top operators, those of its
      scoring pass apart, the device's busy share) and CUDA's sync debug mode (where the
      host waits for the GPU);
-   - the decoders (loop, static cache, continuous batching) on the first step's prompts;
    - the update of 2 groups again with one choice changed at a time;
 3. ``iteration-vllm``: the warm-up iteration with ``model.generation: vllm``, where vllm imports;
 4. ``same-seed``: two processes train the recipe with the tiny model and the same seed; their
@@ -637,6 +637,13 @@ def iteration_worker(args: argparse.Namespace) -> dict:
             if args.backend == "hf":
                 prompts = recipe_prompts(trainer, cfg)
                 report["decoding"] = profile_decoding(trainer.scorer, prompts, trainer.sampling(1))
+                # before the iterations, which take what time is left: model.decoder's "auto" rests on this
+                comparison = dataclasses.replace(trainer.sampling(2), max_new_tokens=min(64, cfg.sampling.max_new_tokens))
+                if deadline - time.monotonic() > 6 * comparison.max_new_tokens * report["decoding"]["step_s"] + 60:
+                    report["decoders"] = compare_decoders(trainer.scorer, prompts, comparison)
+                    save("decoders compared")
+                else:
+                    report["left_out"].append("the decoders' comparison: too little time left")
                 answer = fitting_answer(report["decoding"], args, deadline)
                 if answer < cfg.sampling.max_new_tokens:
                     report["left_out"].append(f"answers cut from {cfg.sampling.max_new_tokens} to {answer} tokens: at "
@@ -668,14 +675,6 @@ def iteration_worker(args: argparse.Namespace) -> dict:
                 save(f"profiled update {report['profile']['wall_s']:.1f} s")
             else:
                 report["left_out"].append("the profiled update: too little time left")
-            first_step = [q for q, step in zip(rollout.prompt_ids, rollout.step_ids) if step == 0]
-            comparison = dataclasses.replace(trainer.sampling(2), max_new_tokens=min(64, cfg.sampling.max_new_tokens))
-            step_s = report["decoding"]["step_s"]
-            if deadline - time.monotonic() > 6 * comparison.max_new_tokens * step_s + 30:
-                report["decoders"] = compare_decoders(trainer.scorer, first_step, comparison)
-                save("decoders compared")
-            else:
-                report["left_out"].append("the decoders' comparison: too little time left")
             report["variants"] = update_variants(trainer, rollout, 2, deadline)
             save("variants")
         finally:
