@@ -118,6 +118,16 @@ def test_the_committed_starting_point_renders():
     assert "old + reference log-probs 3.0" in section  # its reference pass, then timed apart
 
 
+def test_a_transformers_older_than_train_s_floor_is_named_in_the_section():
+    gpu_check = load("gpu_check")
+    results = ROOT / "benchmarks" / "results"
+    old = gpu_check.render_section(json.loads((results / "gpu_check-2026-12-04-transformers-5.17.json").read_text()))
+    assert "Transformers 5.17.0 is older than the 5.23 that `[train]` requires" in old
+    new = gpu_check.render_section(json.loads((results / "gpu_check-2026-12-04.json").read_text()))
+    assert "is older than" not in new
+    assert "transformers>=5.23" in (ROOT / "setup.cfg").read_text()  # the floor the section names
+
+
 def test_without_a_gpu_it_says_so_in_one_line():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py")], capture_output=True,
                          text=True, timeout=120)
