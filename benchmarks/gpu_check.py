@@ -542,6 +542,7 @@ def profile_decoding(policy, prompt_ids: list[list[int]], sampling, steps: int =
     import dataclasses
 
     import torch
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     short = dataclasses.replace(sampling, max_new_tokens=steps)
@@ -562,8 +563,6 @@ def profile_decoding(policy, prompt_ids: list[list[int]], sampling, steps: int =
             wall = time.perf_counter() - t0
     done = max(len(g.response_ids) for g in replies)
     per_step = max(wall - prefill, 0.0) / max(done - 1, 1)  # a busy CPU's noise can exceed a tiny model's steps
-    from torch.autograd import DeviceType
-
     key = "self_device_time_total" if cuda else "self_cpu_time_total"
     averages = prof.key_averages()
     # on a GPU the device's own events: a replayed graph's kernels belong to no operator
