@@ -17,7 +17,7 @@ from gigpo_gym.algos.policies.tiny import TinySpec, build_tiny
 from gigpo_gym.algos.training.config import ConfigError, load_config
 from gigpo_gym.algos.training.rollout import collect
 from gigpo_gym.algos.training.trainer import (
-    Trainer, configure_matmul, micro_batches, optimizer_options, padding_share,
+    Trainer, configure_determinism, configure_matmul, micro_batches, optimizer_options, padding_share,
 )
 from gigpo_gym.core.env import derive_seed
 
@@ -115,6 +115,23 @@ def test_tf32_is_switched_on_for_cuda_and_left_alone_on_a_cpu():
         assert not torch.backends.cuda.matmul.allow_tf32
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def test_deterministic_cuda_kernels_skip_filling_every_new_tensor(monkeypatch):
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.utils.deterministic.fill_uninitialized_memory, torch.backends.cudnn.benchmark,
+              torch.backends.cudnn.deterministic)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    try:
+        torch.utils.deterministic.fill_uninitialized_memory = True
+        configure_determinism(True)
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+        assert not torch.utils.deterministic.fill_uninitialized_memory  # torch's default in this mode is to fill
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        (torch.utils.deterministic.fill_uninitialized_memory, torch.backends.cudnn.benchmark,
+         torch.backends.cudnn.deterministic) = before[2:]
 
 
 # -- the optimiser ----------------------------------------------------------------------
