@@ -231,7 +231,7 @@ def timed_iteration(trainer, iteration: int) -> tuple[dict, object]:
 
     if trainer.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    actor, step_seconds = trainer.actor, []
+    actor, step_seconds, retries = trainer.actor, [], alloc_retries(trainer.device)
 
     def timed_generate(*args, **kwargs):  # its replies are host lists: the GPU is done when it returns
         t0 = time.perf_counter()
@@ -262,6 +262,7 @@ def timed_iteration(trainer, iteration: int) -> tuple[dict, object]:
         "prompt_tokens": sum(len(p) for p in rollout.prompt_ids), "padding_share": m["train/padding_share"],
         "optimizer_steps": int(m["train/optimizer_steps"]),
         "peak_memory_mb": peak_memory_mb(trainer.device),
+        "alloc_retries": None if retries is None else alloc_retries(trainer.device) - retries,
         "prompt_lengths": [len(p) for p in rollout.prompt_ids], "response_lengths": [len(r) for r in rollout.response_ids],
         "step_ids": list(rollout.step_ids),
     }
@@ -318,6 +319,14 @@ def peak_memory_mb(device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def alloc_retries(device) -> int:
+    """How often so far the CUDA allocator emptied its cache to retry an allocation that failed, each time a wait
+    for the device: a budget that leaves too little room shows here.  None elsewhere."""
+    import torch
+
+    return torch.cuda.memory_stats(device).get("num_alloc_retries", 0) if device.type == "cuda" else None
 
 
 def first_groups(rollout, groups: int):
@@ -499,12 +508,23 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, groups: i
     checkpointing, budget = policy.gradient_checkpointing, trainer.micro_batch_tokens
     deterministic = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    written, fills = trainer.policy.written_vocab_backward, torch.utils.deterministic.fill_uninitialized_memory
 
     def set_budget(tokens):
         trainer.micro_batch_tokens = tokens
 
+    def set_written(on):
+        trainer.policy.written_vocab_backward = on
+
+    def set_fills(on):
+        torch.utils.deterministic.fill_uninitialized_memory = on
+
     variants = {
         "as configured": (lambda: None, lambda: None),
+        f"the vocabulary's gradient by {'autograd' if written else 'its closed form'}": (
+            lambda: set_written(not written), lambda: set_written(written)),
+        f"deterministic mode {'without' if fills else 'with'} torch's fill of new tensors": (
+            lambda: set_fills(not fills), lambda: set_fills(fills)),
         f"gradient checkpointing {'off' if checkpointing else 'on'}": (
             lambda: policy.set_checkpointing(not checkpointing), lambda: policy.set_checkpointing(checkpointing)),
         "non-deterministic kernels": (lambda: torch.use_deterministic_algorithms(False),
@@ -831,7 +851,8 @@ def iteration_line(label: str, r: dict) -> str:
             f"forward + backward {r['forward_backward_s']:.1f}, "
             f"optimiser {r['optimizer_s']:.2f}); {r['rows']} rows of {r['prompt_tokens'] / max(r['rows'], 1):.0f} "
             f"prompt tokens on average, {r['generated_tokens']:,} generated; padding {100 * r['padding_share']:.1f}% of "
-            f"the update's micro-batches; peak memory {r['peak_memory_mb'] / 1024:.1f} GiB")
+            f"the update's micro-batches; peak memory {r['peak_memory_mb'] / 1024:.1f} GiB"
+            + (f", {r['alloc_retries']} allocator retries" if r.get("alloc_retries") is not None else ""))
 
 
 def summary_line(name: str, r: dict) -> str:

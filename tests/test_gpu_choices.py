@@ -14,6 +14,7 @@ from gigpo_gym.algos.policies import decode
 from gigpo_gym.algos.policies.base import SamplingParams, TokenBatch
 from gigpo_gym.algos.policies.hf import HFPolicy, attention_kernel, sdpa_backends
 from gigpo_gym.algos.policies.tiny import TinySpec, build_tiny
+from gigpo_gym.algos.policies.vocab_scores import forward_scores, vocab_scores
 from gigpo_gym.algos.training.config import ConfigError, load_config
 from gigpo_gym.algos.training.rollout import collect
 from gigpo_gym.algos.training.trainer import (
@@ -612,3 +613,50 @@ def test_skipping_the_check_changes_no_number_of_the_loss_or_its_gradients(tiny_
         checked = scored_with_gradients()
     assert len(skipped) == len(checked) > 2
     assert all(torch.equal(a, b) for a, b in zip(skipped, checked))
+
+
+# -- the gradient through the vocabulary ------------------------------------------------
+@pytest.mark.parametrize("reads", ["log-probs", "entropy", "both"])
+def test_the_written_vocabulary_backward_is_autograd_s_gradient(reads):
+    gen = torch.Generator().manual_seed(0)
+    logits = 3 * torch.randn(6, 50, generator=gen)
+    targets = torch.randint(0, 50, (6,), generator=gen)
+    weights = torch.randn(2, 6, generator=gen)  # the loss's weight of each row's log-prob and entropy
+
+    def gradient(scores):
+        x = logits.clone().requires_grad_()
+        logp, entropy = scores(x)[:2]
+        loss = (logp * weights[0]).sum() if reads != "entropy" else 0.0
+        if reads != "log-probs":
+            loss = loss + (entropy * weights[1]).sum()
+        loss.backward()
+        return x.grad
+
+    written = gradient(lambda x: vocab_scores(x, targets, True))
+    torch.testing.assert_close(written, gradient(lambda x: forward_scores(x, targets, True)), rtol=1e-5, atol=1e-6)
+    if reads == "log-probs":  # and without the entropy computed at all
+        torch.testing.assert_close(gradient(lambda x: vocab_scores(x, targets, False)), written, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("compute_dtype", [None, "bfloat16"])
+def test_the_written_vocabulary_backward_trains_as_autograd_s(tiny_path, compute_dtype):
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", compute_dtype=compute_dtype, logits_chunk=3)
+    assert not policy.written_vocab_backward  # a CPU run keeps autograd's, and its numbers
+    batch = TokenBatch([[5, 6, 7, 8, 9], [9, 10], [11, 12, 13]], [[14, 15, 3], [16], [17, 18, 19, 20]])
+    weights = torch.linspace(-1.0, 1.0, 4)
+
+    def scored_with_gradients(written: bool):
+        policy.written_vocab_backward = written
+        policy.zero_grad(set_to_none=True)
+        scores = policy(batch, with_entropy=True)  # 8 response tokens in chunks of 3: each chunk recomputed
+        (scores.log_probs * weights).sum().add(0.1 * scores.entropy.sum()).backward()
+        return scores, {name: p.grad.clone() for name, p in policy.named_parameters() if p.grad is not None}
+
+    autograd_scores, autograd_grads = scored_with_gradients(False)
+    written_scores, written_grads = scored_with_gradients(True)
+    assert torch.equal(written_scores.log_probs, autograd_scores.log_probs)  # the ratio to the old log-probs stays 1
+    assert torch.equal(written_scores.entropy, autograd_scores.entropy)
+    assert written_grads.keys() == autograd_grads.keys() and len(written_grads) > 2
+    tolerance = {"rtol": 1e-4, "atol": 1e-6} if compute_dtype is None else {"rtol": 2e-2, "atol": 1e-4}
+    for name, grad in written_grads.items():
+        torch.testing.assert_close(grad, autograd_grads[name], **tolerance, msg=name)

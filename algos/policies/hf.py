@@ -25,6 +25,7 @@ from torch import nn
 
 from gigpo_gym.algos.policies import choice, decode
 from gigpo_gym.algos.policies.quiet import quiet_libraries
+from gigpo_gym.algos.policies.vocab_scores import forward_scores, vocab_scores
 from gigpo_gym.algos.policies.base import (
     ATTENTION, CHAT_CONTEXT, DECODERS, ChoiceBatch, Generation, SamplingParams, TokenBatch, TokenRows, TokenScores,
 )
@@ -99,6 +100,9 @@ class HFPolicy(nn.Module):
             nn.init.zeros_(self.value_head.bias)
         self.device = resolve_device(str(device)) if isinstance(device, str) else device
         self.to(self.device)
+        #: The gradient through the vocabulary in closed form (``vocab_scores``), not autograd's: fewer passes
+        #: over the logits.  On CUDA only, so CPU runs repeat the numbers they always gave.
+        self.written_vocab_backward = self.device.type == "cuda"
         weights = next(k for k, v in _DTYPES.items() if v == next(model.parameters()).dtype)
         #: The dtype of the copy of the weights that samples free text (None: the trained weights, under autocast).
         self.rollout_dtype = rollout_weights_dtype(rollout_dtype, self.device, weights, compute_dtype)
@@ -479,12 +483,10 @@ class HFPolicy(nn.Module):
     def _chunk_scores(self, head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
         with self.autocast():
             logits = head(hidden)
-        logits = logits.float()
-        norm = torch.logsumexp(logits, dim=-1)
-        logp = logits.gather(-1, targets[:, None]).squeeze(-1) - norm
-        if not with_entropy:
-            return logp, logp.new_zeros(0)
-        return logp, norm - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+        if self.written_vocab_backward and torch.is_grad_enabled():
+            return vocab_scores(logits, targets, with_entropy)
+        logp, entropy, _ = forward_scores(logits, targets, with_entropy)
+        return logp, entropy
 
     def values(self, batch: TokenBatch) -> torch.Tensor:
         """Critic value of each row's prompt (the hidden state of its last prompt token)."""

@@ -125,9 +125,10 @@ class UpdateRows:
     targets: torch.Tensor | None
     #: One row of this process's, for the zero-weight micro-batches that keep the processes in step.
     padding_row: np.ndarray
-    score_seconds: float = 0.0
+    #: The scoring pass's time on the device, read with the update's other times (None: nothing scored).
+    scoring_time: DeviceTimer | None = None
     #: The reference's share of the scoring pass (the models that scored in it took the same rows, an equal share each).
-    reference_seconds: float = 0.0
+    reference_share: float = 0.0
 
 
 class Trainer:
@@ -554,9 +555,9 @@ class Trainer:
             tokens = self.policy.token_rows(rollout.tokens)
             old = None if self.recomputes_old_log_probs() else padded(
                 rollout.old_log_probs, max(int(tokens.response_lengths.max(initial=0)), 1), self.device)
-        started = time.perf_counter()
-        scored_old, ref, models = self.score_old_and_reference(tokens, mine, old is None)
-        seconds = time.perf_counter() - started
+        scoring_time = DeviceTimer(self.device)  # its work may still be queued when it returns
+        with scoring_time.span():
+            scored_old, ref, models = self.score_old_and_reference(tokens, mine, old is None)
         on_device = {}
         for name, per_row in (("advantages", advantages.per_row), ("targets", advantages.value_targets)):
             if per_row is not None:  # each local row's value, from the whole round's rows
@@ -565,8 +566,8 @@ class Trainer:
                 on_device[name] = torch.from_numpy(local).to(self.device, non_blocking=True)
         own = np.flatnonzero(whole.owner == self.parallel.rank)
         return UpdateRows(np.flatnonzero(advantages.keep), tokens, old if old is not None else scored_old, ref,
-                          on_device["advantages"], on_device.get("targets"), whole.local[own[:1]], score_seconds=seconds,
-                          reference_seconds=seconds * ("reference" in models) / max(len(models), 1))
+                          on_device["advantages"], on_device.get("targets"), whole.local[own[:1]], scoring_time,
+                          reference_share=("reference" in models) / max(len(models), 1))
 
     @torch.no_grad()
     def score_old_and_reference(self, tokens: Any, rows: np.ndarray,
@@ -632,36 +633,37 @@ class Trainer:
         norms: list[torch.Tensor] = []  # each optimiser step's gradient norm, on the device until the end
         rng = np.random.default_rng(derive_seed(self.cfg.seed, iteration, 3))
         total = whole.prompt_lengths + whole.response_lengths
-        started, step_time = time.perf_counter(), DeviceTimer(self.device)
+        loop_time, step_time = DeviceTimer(self.device), DeviceTimer(self.device)
         used: list[np.ndarray] = []  # this process's micro-batches (their padding share is logged)
         self.engine.train()
-        for _ in range(o.epochs):
-            order = rng.permutation(rows.kept)
-            size = o.mini_batch_size or max(len(order), 1)  # null: the whole iteration in one step
-            for start in range(0, len(order), size):
-                mini = order[start : start + size]
-                token_count = float(len(mini) if o.loss_over == "choices" else whole.response_lengths[mini].sum())
-                mine, calls = self._micro_batches(mini, whole.owner, total)
-                used += mine
-                self.optimizer.zero_grad(set_to_none=True)
-                # local row ids of each micro-batch, then one own row for zero-weight ones: one copy to the device
-                local = [whole.local[b] for b in mine] + [rows.padding_row]
-                parts = torch.from_numpy(np.concatenate(local)).to(self.device, non_blocking=True).split(
-                    [len(b) for b in local])
-                for call in range(calls):
-                    # a zero-weight micro-batch keeps the processes' calls in step
-                    weight = float(p.world) if call < len(mine) else 0.0
-                    k = min(call, len(mine))
-                    loss, st = self._micro_batch_loss(rows, local[k], parts[k], token_count, float(len(mini)))
-                    if weight != 1.0:
-                        loss = loss * weight
-                    with sdpa_backends(self.device):  # checkpointing's recompute runs inside the backward
-                        p.backward(self.engine, loss, last=call == calls - 1)
-                    if weight:
-                        for key in summed:
-                            stats[key].append(st[key])
-                with step_time.span():  # the step's own time, apart from the queued forward and backward
-                    norms.append(p.step(self.engine, self.optimizer, self.params, o.max_grad_norm))
+        with loop_time.span():  # on the device: the scoring pass's queued work is not counted here
+            for _ in range(o.epochs):
+                order = rng.permutation(rows.kept)
+                size = o.mini_batch_size or max(len(order), 1)  # null: the whole iteration in one step
+                for start in range(0, len(order), size):
+                    mini = order[start : start + size]
+                    token_count = float(len(mini) if o.loss_over == "choices" else whole.response_lengths[mini].sum())
+                    mine, calls = self._micro_batches(mini, whole.owner, total)
+                    used += mine
+                    self.optimizer.zero_grad(set_to_none=True)
+                    # local row ids of each micro-batch, then one own row for zero-weight ones: one copy to the device
+                    local = [whole.local[b] for b in mine] + [rows.padding_row]
+                    parts = torch.from_numpy(np.concatenate(local)).to(self.device, non_blocking=True).split(
+                        [len(b) for b in local])
+                    for call in range(calls):
+                        # a zero-weight micro-batch keeps the processes' calls in step
+                        weight = float(p.world) if call < len(mine) else 0.0
+                        k = min(call, len(mine))
+                        loss, st = self._micro_batch_loss(rows, local[k], parts[k], token_count, float(len(mini)))
+                        if weight != 1.0:
+                            loss = loss * weight
+                        with sdpa_backends(self.device):  # checkpointing's recompute runs inside the backward
+                            p.backward(self.engine, loss, last=call == calls - 1)
+                        if weight:
+                            for key in summed:
+                                stats[key].append(st[key])
+                    with step_time.span():  # the step's own time, apart from the queued forward and backward
+                        norms.append(p.step(self.engine, self.optimizer, self.params, o.max_grad_norm))
         # per-micro-batch terms are parts of a mini-batch mean: sum them per mini-batch, average mini-batches
         steps = len(norms)
         read = {k: torch.stack(v).double().cpu().numpy() if v else np.zeros(0) for k, v in stats.items()}
@@ -671,10 +673,11 @@ class Trainer:
             m["train/grad_norm"] = float(np.mean(torch.stack(norms).double().cpu().numpy()))
         m["train/optimizer_steps"] = float(steps)
         m["train/padding_share"] = padding_share(used, total)  # of this process's micro-batches
-        m["time/optimize_seconds"] = time.perf_counter() - started  # forward, backward and the optimiser steps
+        m["time/optimize_seconds"] = loop_time.seconds()  # forward, backward and the optimiser steps
         m["time/step_seconds"] = step_time.seconds()  # the optimiser steps alone (clipping included)
-        m["time/score_seconds"] = rows.score_seconds  # old log-probs (when recomputed) and the reference's, one pass
-        m["time/reference_seconds"] = rows.reference_seconds
+        scored = rows.scoring_time.seconds() if rows.scoring_time is not None else 0.0
+        m["time/score_seconds"] = scored  # old log-probs (when recomputed) and the reference's, one pass
+        m["time/reference_seconds"] = scored * rows.reference_share
         return m
 
     def _micro_batches(self, mini: np.ndarray, owner: np.ndarray, total: np.ndarray) -> tuple[list[np.ndarray], int]:
