@@ -321,7 +321,7 @@ def peak_memory_mb(device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-def alloc_retries(device) -> int:
+def alloc_retries(device) -> int | None:
     """How often so far the CUDA allocator emptied its cache to retry an allocation that failed, each time a wait
     for the device: a budget that leaves too little room shows here.  None elsewhere."""
     import torch
