@@ -525,6 +525,15 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, groups: i
             lambda: set_written(not written), lambda: set_written(written)),
         f"deterministic mode {'without' if fills else 'with'} torch's fill of new tensors": (
             lambda: set_fills(not fills), lambda: set_fills(fills)),
+    }
+    # the weights' dtype sets the forward's precision whatever their values (float32 -> bf16 -> float32 rounds
+    # them: the variants are the check's last use of the trainer)
+    if trainer.reference is not None:
+        kept = next(trainer.reference.parameters()).dtype
+        other = torch.bfloat16 if kept == torch.float32 else torch.float32
+        variants[f"the reference's weights in {str(other).removeprefix('torch.')}"] = (
+            lambda: trainer.reference.to(other), lambda: trainer.reference.to(kept))
+    variants |= {
         f"gradient checkpointing {'off' if checkpointing else 'on'}": (
             lambda: policy.set_checkpointing(not checkpointing), lambda: policy.set_checkpointing(checkpointing)),
         "non-deterministic kernels": (lambda: torch.use_deterministic_algorithms(False),
@@ -651,7 +660,9 @@ def iteration_worker(args: argparse.Namespace) -> dict:
                           tf32=torch.backends.cuda.matmul.allow_tf32,
                           decoder=trainer.scorer.resolved_decoder(),
                           rollout_dtype=trainer.scorer.rollout_dtype, micro_batch_tokens=trainer.micro_batch_tokens,
-                          gradient_checkpointing=trainer.policy.gradient_checkpointing)
+                          gradient_checkpointing=trainer.policy.gradient_checkpointing,
+                          reference_dtype=None if trainer.reference is None else
+                          str(next(trainer.reference.parameters()).dtype).removeprefix("torch."))
             save(f"trainer ready, card {report['card']['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s")
             if args.backend == "hf":
                 prompts = recipe_prompts(trainer, cfg)
@@ -903,7 +914,8 @@ def render_section(result: dict | None, profile_file: str = "gpu_check_profile.j
                   f"decoder `{hf['decoder']}`" + "".join(
                       f", {label} {hf[key]}" for key, label in (
                           ("rollout_dtype", "rollout weights"), ("micro_batch_tokens", "tokens per micro-batch"),
-                          ("gradient_checkpointing", "gradient checkpointing")) if key in hf) + ".", ""]
+                          ("gradient_checkpointing", "gradient checkpointing"), ("reference_dtype", "reference weights"))
+                      if key in hf) + ".", ""]
     installed = hf.get("versions", {}).get("transformers")
     if installed:
         from packaging.version import Version  # transformers' own dependency: the worker that ran had it

@@ -51,6 +51,7 @@ def test_the_dry_run_takes_every_step_on_a_cpu(tmp_path):
     assert more["steps"] == 50 and more["from_steps"] == 2 and more["iteration_s"] > hf["warm"]["iteration_s"]
     assert hf["beside_verl_agent"]["verl_agent_gpu_s"] == 726 and hf["beside_verl_agent"]["differences"]
     assert hf["rollout_dtype"] is None and hf["micro_batch_tokens"] is None and hf["decoder"] == "loop"  # a CPU's
+    assert hf["reference_dtype"] == "float32"  # a CPU keeps the exact copy; CUDA: bfloat16 (tests/test_gpu_choices.py)
     profiles = json.loads((tmp_path / "gpu_check_profile.json").read_text())
     update = profiles["update"]
     assert update["top_operators"] and update["rows"] == 2 * 4 * 2 and update["host_waits"] == 0

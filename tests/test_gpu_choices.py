@@ -542,6 +542,34 @@ def test_a_rollout_copy_in_another_dtype_makes_the_trainer_recompute_old_log_pro
         plain.close()
 
 
+def test_the_kl_reference_computes_in_16_bits_on_cuda_only(tmp_path, monkeypatch):
+    t = trainer(tmp_path, "model.compute_dtype=bfloat16")
+    try:
+        assert t.reference_dtype() is None  # a CPU: an exact copy of the trained weights, as before
+        t.device = CUDA  # the rule alone: float32 weights under bf16 autocast
+        assert t.reference_dtype() == torch.bfloat16
+        t.device = CPU
+        monkeypatch.setattr(Trainer, "reference_dtype", lambda self: torch.bfloat16)  # what CUDA gets, run here
+        t.freeze_reference()
+        weights = {n: p.detach().to(torch.bfloat16) for n, p in t.policy.named_parameters()}
+        assert all(p.dtype == torch.bfloat16 and not p.requires_grad for p in t.reference.parameters())
+        rollout = collect(t.actor, t.envs, t.sampling(1), seed=derive_seed(0, 1), shaping=t.shaping)
+        m = t.update(rollout, 1)
+        assert np.isfinite(m["train/kl_ref"]) and m["train/kl_ref"] > 0  # the update moved the policy off it
+        t.freeze_reference()  # a reset copies the trained weights into the 16-bit reference
+        assert all(p.dtype == torch.bfloat16 for p in t.reference.parameters())
+        moved = {n: p.detach().clone() for n, p in t.reference.named_parameters()}
+        assert any(not torch.equal(moved[n], w) for n, w in weights.items())
+        t.run.save_reference(t.reference, 0)
+        with torch.no_grad():
+            for p in t.reference.parameters():
+                p.zero_()
+        t.run.load_reference(t.reference, 0, 0)
+        assert all(torch.equal(p, moved[n]) for n, p in t.reference.named_parameters())
+    finally:
+        t.close()
+
+
 # -- no host read in the scoring pass's mask code -----------------------------------------
 def packed_sequence_checks(monkeypatch) -> list:
     """Record each time transformers looks for packed sequences (the check reads a tensor back to the host)."""

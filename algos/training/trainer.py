@@ -439,7 +439,10 @@ class Trainer:
         params = list(self.policy.parameters())
         weights = sum(q.numel() * q.element_size() for q in params)
         out = weights + 3 * sum(q.numel() * q.element_size() for q in params if q.requires_grad)
-        out += weights * (bool(self.weights.kl_coef and self.cfg.model.lora is None) + self.parallel.needs_inference_copy)
+        if self.weights.kl_coef and self.cfg.model.lora is None:
+            reference = self.reference_dtype()
+            out += weights if reference is None else sum(q.numel() for q in params) * reference.itemsize
+        out += weights * self.parallel.needs_inference_copy
         if self.policy.rollout_dtype is not None:
             out += sum(q.numel() for q in params) * getattr(torch, self.policy.rollout_dtype).itemsize
         if self.cfg.model.generation == "vllm":
@@ -471,8 +474,24 @@ class Trainer:
             self.reference.load_state_dict(self.scorer.state_dict())
             return
         self.reference = copy.deepcopy(self.scorer).eval()
+        if (dtype := self.reference_dtype()) is not None:
+            self.reference.to(dtype)
         for p in self.reference.parameters():
             p.requires_grad_(False)
+
+    def reference_dtype(self) -> torch.dtype | None:
+        """The dtype the KL reference keeps its weights in; None: the trained weights' own.
+
+        On CUDA, where float32 weights train under a 16-bit ``model.compute_dtype``, the
+        reference keeps its weights in that dtype, as verl's does: its forward then computes
+        in 16 bits throughout (the residual stream too, not float32 as autocast leaves it)
+        and it holds half the bytes.  Elsewhere it is an exact copy: CPU runs keep their numbers.
+        """
+        compute = getattr(self.policy, "compute_dtype", None)
+        if self.device.type != "cuda" or compute is None:
+            return None
+        wanted = getattr(torch, compute)
+        return None if wanted == next(self.policy.parameters()).dtype else wanted
 
     def gather(self, rollout: Rollout) -> "WholeRollout":
         """Every process's rows (without tokens) as one process's rollout, and where each row lives.
