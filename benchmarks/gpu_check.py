@@ -567,7 +567,8 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, groups: i
 def profile_decoding(policy, prompt_ids: list[list[int]], sampling, steps: int = 24, top: int = 15) -> dict:
     """A few decoding steps of the policy's decoder on the recipe's rows, under torch.profiler: the time of one step
     and where it goes (the first pass warms the kernels up and is not counted; a static-cache pass captures its step
-    anew each time, a cost shared out over the ``steps``)."""
+    anew each time, a cost shared out over the ``steps``).  The operators are the steps' own: a profiled prefill
+    (one token) is subtracted from them, name by name."""
     import dataclasses
 
     import torch
@@ -585,6 +586,9 @@ def profile_decoding(policy, prompt_ids: list[list[int]], sampling, steps: int =
         sync(policy.device)
         prefill = time.perf_counter() - t0
         activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+        with profile(activities=activities) as prefill_prof:
+            policy._generate(prompt_ids, dataclasses.replace(short, max_new_tokens=1))
+            sync(policy.device)
         with profile(activities=activities) as prof:
             t0 = time.perf_counter()
             replies = policy._generate(prompt_ids, short)
@@ -593,18 +597,25 @@ def profile_decoding(policy, prompt_ids: list[list[int]], sampling, steps: int =
     done = max(len(g.response_ids) for g in replies)
     per_step = max(wall - prefill, 0.0) / max(done - 1, 1)  # a busy CPU's noise can exceed a tiny model's steps
     key = "self_device_time_total" if cuda else "self_cpu_time_total"
-    averages = prof.key_averages()
-    # on a GPU the device's own events: a replayed graph's kernels belong to no operator
-    events = sorted((e for e in averages if getattr(e, key, 0) > 0 and (e.device_type != DeviceType.CPU) == cuda),
-                    key=lambda e: getattr(e, key), reverse=True)
-    busy = device_busy_s(averages)
-    by_cpu = sorted(averages, key=lambda e: e.self_cpu_time_total, reverse=True)
+
+    def steps_only(kind: str, attr: str) -> list[dict]:
+        """Each operator's calls and time in the decoding pass less those in the prefill's, most time first."""
+        def table(p) -> dict[str, tuple[int, float]]:
+            # on a GPU the device's own events: a replayed graph's kernels belong to no operator
+            wanted = (lambda e: (e.device_type != DeviceType.CPU) == cuda) if kind == "device" else (lambda e: True)
+            return {e.key: (e.count, getattr(e, attr)) for e in p.key_averages() if wanted(e)}
+
+        full, first = table(prof), table(prefill_prof)
+        rows = [(name, calls - first.get(name, (0, 0.0))[0], t - first.get(name, (0, 0.0))[1])
+                for name, (calls, t) in full.items()]
+        rows = sorted((r for r in rows if r[2] > 0), key=lambda r: -r[2])
+        return [{"name": n, "calls": c, ("self_ms" if kind == "device" else "self_cpu_ms"): t / 1e3}
+                for n, c, t in rows[:top]]
+
     return {"rows": len(prompt_ids), "steps": done, "prefill_s": prefill, "step_s": per_step, "wall_s": wall,
-            "busy_share": busy / wall if cuda else None,
-            "top_device_operators": [{"name": e.key, "calls": e.count, "self_ms": getattr(e, key) / 1e3}
-                                     for e in events[:top]],
-            "top_host_operators": [{"name": e.key, "calls": e.count, "self_cpu_ms": e.self_cpu_time_total / 1e3}
-                                   for e in by_cpu[:top]]}
+            "busy_share": device_busy_s(prof.key_averages()) / wall if cuda else None, "prefill_subtracted": True,
+            "top_device_operators": steps_only("device", key),
+            "top_host_operators": steps_only("host", "self_cpu_time_total")}
 
 
 @contextlib.contextmanager
@@ -934,9 +945,11 @@ def render_section(result: dict | None, profile_file: str = "gpu_check_profile.j
     if dec:
         ops = ", ".join(f"`{_op(o['name'])}` {o['self_ms']:.0f} ms" for o in dec.get("top_device_operators", [])[:5])
         busy = f", device busy {100 * dec['busy_share']:.0f}%" if dec["busy_share"] is not None else ""
+        window = (f"of the {dec['steps'] - 1} steps after it" if dec.get("prefill_subtracted") else
+                  f"over {dec['steps']} steps, the prefill included")  # results of before the prefill was subtracted
         host = ", ".join(f"`{_op(o['name'])}` {o['self_cpu_ms']:.0f} ms" for o in dec.get("top_host_operators", [])[:3])
         lines.append(f"- Decoding, {dec['rows']} rows: prefill {dec['prefill_s']:.2f} s, then {1e3 * dec['step_s']:.1f} "
-                     f"ms a step{busy}" + (f"; top operators over {dec['steps']} steps: {ops}" if ops else "")
+                     f"ms a step{busy}" + (f"; top operators {window}: {ops}" if ops else "")
                      + (f"; on the host: {host}" if host else ""))
     for key, label in (("warm_up", "Warm-up (iteration 1)"), ("warm", "Warm (iteration 2)")):
         if key in hf:

@@ -58,6 +58,7 @@ def test_the_dry_run_takes_every_step_on_a_cpu(tmp_path):
     assert update["micro_batches"] >= 1 and update["scoring_passes"] >= 1
     # the scoring pass's operators apart: a part of the update's own time
     assert update["scoring_top_operators"] and 0 < update["scoring_s"] < update["device_busy_s"]
+    assert hf["decoding"]["prefill_subtracted"] and "steps after it" in (tmp_path / "SPEED.md").read_text()
     assert profiles["decoding"]["top_host_operators"] and hf["decoding"]["step_s"] >= 0 and 1 <= hf["decoding"]["steps"] <= 24
     assert set(gpu_check_module().DECODERS) <= set(hf["decoders"]) and hf["decoders"]["faster"] in ("loop", "static", "continuous")
     assert all(isinstance(v, dict) for v in hf["variants"].values()), hf["variants"]
@@ -124,8 +125,12 @@ def test_a_transformers_older_than_train_s_floor_is_named_in_the_section():
     results = ROOT / "benchmarks" / "results"
     old = gpu_check.render_section(json.loads((results / "gpu_check-2026-12-04-transformers-5.17.json").read_text()))
     assert "Transformers 5.17.0 is older than the 5.23 that `[train]` requires" in old
-    new = gpu_check.render_section(json.loads((results / "gpu_check-2026-12-04.json").read_text()))
-    assert "is older than" not in new
+    result = json.loads((results / "gpu_check-2026-12-04.json").read_text())
+    assert "is older than" not in gpu_check.render_section(result)
+    # with its profile's operators: profiled before the prefill was subtracted from them, and said so
+    profile = json.loads((results / "gpu_check_profile-2026-12-04.json").read_text())
+    result["steps"]["iteration-hf"]["decoding"] = profile["decoding"]
+    assert "top operators over 24 steps, the prefill included" in gpu_check.render_section(result)
     assert "transformers>=5.23" in (ROOT / "setup.cfg").read_text()  # the floor the section names
 
 
