@@ -542,6 +542,9 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, groups: i
     if budget:
         variants[f"micro-batches of {trainer.cfg.optim.micro_batch_size} rows"] = (
             lambda: set_budget(None), lambda: set_budget(budget))
+    if trainer.device.type == "cuda" and importlib.util.find_spec("liger_kernel") is not None:
+        variants["Liger's Triton RMSNorm, RoPE and SwiGLU (last: its patch of transformers stays)"] = (
+            lambda: apply_liger(trainer.policy.model), lambda: None)
     out, pace = {}, None
     for name, (change, undo) in variants.items():
         if pace is not None and deadline - time.monotonic() < 1.5 * pace + 5:
@@ -562,6 +565,15 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, groups: i
         finally:
             undo()
     return out
+
+
+def apply_liger(model) -> None:
+    """Liger-Kernel's fused RMSNorm, rotary embedding and SwiGLU in a Qwen2 ``model`` (where the package is carried):
+    the elementwise work the profiled update spends most of its non-matmul time on."""
+    from liger_kernel.transformers import apply_liger_kernel_to_qwen2
+
+    apply_liger_kernel_to_qwen2(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                fused_linear_cross_entropy=False, model=model)
 
 
 def profile_decoding(policy, prompt_ids: list[list[int]], sampling, steps: int = 24, top: int = 15) -> dict:
