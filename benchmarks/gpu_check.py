@@ -519,6 +519,9 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, groups: i
     def set_fills(on):
         torch.utils.deterministic.fill_uninitialized_memory = on
 
+    def set_chunk(positions):
+        trainer.policy.logits_chunk = positions
+
     variants = {
         "as configured": (lambda: None, lambda: None),
         f"the vocabulary's gradient by {'autograd' if written else 'its closed form'}": (
@@ -526,14 +529,16 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, groups: i
         f"deterministic mode {'without' if fills else 'with'} torch's fill of new tensors": (
             lambda: set_fills(not fills), lambda: set_fills(fills)),
     }
-    # the weights' dtype sets the forward's precision whatever their values (float32 -> bf16 -> float32 rounds
-    # them: the variants are the check's last use of the trainer)
+    # the weights' dtype sets the forward's precision whatever their values (bf16 -> float32 -> bf16 gives them
+    # back; on a CPU float32 -> bf16 -> float32 rounds them, which only the variants after it see)
     if trainer.reference is not None:
         kept = next(trainer.reference.parameters()).dtype
         other = torch.bfloat16 if kept == torch.float32 else torch.float32
         variants[f"the reference's weights in {str(other).removeprefix('torch.')}"] = (
             lambda: trainer.reference.to(other), lambda: trainer.reference.to(kept))
+    chunk = trainer.policy.logits_chunk  # each chunk casts the head's weights and adds its gradient once
     variants |= {
+        f"the LM head on {4 * chunk} positions at a time": (lambda: set_chunk(4 * chunk), lambda: set_chunk(chunk)),
         f"gradient checkpointing {'off' if checkpointing else 'on'}": (
             lambda: policy.set_checkpointing(not checkpointing), lambda: policy.set_checkpointing(checkpointing)),
         "non-deterministic kernels": (lambda: torch.use_deterministic_algorithms(False),
