@@ -51,7 +51,7 @@ from gigpo_gym.algos.training.records import Recorder, Updated
 from gigpo_gym.algos.estimators.batch import StepBatch
 from gigpo_gym.algos.estimators.registry import AdvantageParts
 from gigpo_gym.algos.policies.base import ChoiceBatch, SamplingParams
-from gigpo_gym.algos.policies.hf import sdpa_backends
+from gigpo_gym.algos.policies.hf import rollout_weights_dtype, sdpa_backends
 from gigpo_gym.algos.training.rollout import Rollout, collect
 from gigpo_gym.core.anchor import digest
 from gigpo_gym.core.env import derive_seed
@@ -437,14 +437,14 @@ class Trainer:
         """Bytes that stay on the card through an update: the weights, the trained ones' gradients and AdamW moments,
         the KL reference, a rollout copy, an inference copy, a colocated vLLM engine's share, a chunk's logits."""
         params = list(self.policy.parameters())
-        weights = sum(q.numel() * q.element_size() for q in params)
+        weights, count = sum(q.numel() * q.element_size() for q in params), sum(q.numel() for q in params)
         out = weights + 3 * sum(q.numel() * q.element_size() for q in params if q.requires_grad)
         if self.weights.kl_coef and self.cfg.model.lora is None:
             reference = self.reference_dtype()
-            out += weights if reference is None else sum(q.numel() for q in params) * reference.itemsize
+            out += weights if reference is None else count * reference.itemsize
         out += weights * self.parallel.needs_inference_copy
         if self.policy.rollout_dtype is not None:
-            out += sum(q.numel() for q in params) * getattr(torch, self.policy.rollout_dtype).itemsize
+            out += count * getattr(torch, self.policy.rollout_dtype).itemsize
         if self.cfg.model.generation == "vllm":
             out += int(self.cfg.model.vllm.gpu_memory_utilization * total)
         vocab = self.policy.model.get_output_embeddings().weight.shape[0]
@@ -486,12 +486,14 @@ class Trainer:
         reference keeps its weights in that dtype, as verl's does: its forward then computes
         in 16 bits throughout (the residual stream too, not float32 as autocast leaves it)
         and it holds half the bytes.  Elsewhere it is an exact copy: CPU runs keep their numbers.
+        The rule is the rollout copy's under ``model.rollout_dtype: auto``.
         """
         compute = getattr(self.policy, "compute_dtype", None)
-        if self.device.type != "cuda" or compute is None:
+        if compute is None:
             return None
-        wanted = getattr(torch, compute)
-        return None if wanted == next(self.policy.parameters()).dtype else wanted
+        weights = str(next(self.policy.parameters()).dtype).removeprefix("torch.")
+        name = rollout_weights_dtype("auto", self.device, weights, compute)
+        return None if name is None else getattr(torch, name)
 
     def gather(self, rollout: Rollout) -> "WholeRollout":
         """Every process's rows (without tokens) as one process's rollout, and where each row lives.
