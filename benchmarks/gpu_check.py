@@ -522,8 +522,15 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, groups: i
     def set_chunk(positions):
         trainer.policy.logits_chunk = positions
 
-    variants = {
-        "as configured": (lambda: None, lambda: None),
+    def set_copy(on):
+        trainer.policy.train_on_copy = on
+
+    on_copy = trainer.policy.train_on_copy
+    variants = {"as configured": (lambda: None, lambda: None)}
+    if on_copy or trainer.policy.rollout_dtype is not None:  # first: the largest change to the update's kernels
+        other = "the float32 weights under autocast" if on_copy else "the rollout weights"
+        variants[f"the update on {other}"] = (lambda: set_copy(not on_copy), lambda: set_copy(on_copy))
+    variants |= {
         f"the vocabulary's gradient by {'autograd' if written else 'its closed form'}": (
             lambda: set_written(not written), lambda: set_written(written)),
         f"deterministic mode {'without' if fills else 'with'} torch's fill of new tensors": (
@@ -549,7 +556,7 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, groups: i
             lambda: set_budget(None), lambda: set_budget(budget))
     if trainer.device.type == "cuda" and importlib.util.find_spec("liger_kernel") is not None:
         variants["Liger's Triton RMSNorm, RoPE and SwiGLU (last: its patch of transformers stays)"] = (
-            lambda: apply_liger(trainer.policy.model), lambda: None)
+            lambda: apply_liger(trainer.policy.scoring_model()), lambda: None)
     out, pace = {}, None
     for name, (change, undo) in variants.items():
         if pace is not None and deadline - time.monotonic() < 1.5 * pace + 5:
@@ -689,6 +696,7 @@ def iteration_worker(args: argparse.Namespace) -> dict:
                           decoder=trainer.scorer.resolved_decoder(),
                           rollout_dtype=trainer.scorer.rollout_dtype, micro_batch_tokens=trainer.micro_batch_tokens,
                           gradient_checkpointing=trainer.policy.gradient_checkpointing,
+                          train_on_copy=trainer.policy.train_on_copy,
                           reference_dtype=None if trainer.reference is None else
                           str(next(trainer.reference.parameters()).dtype).removeprefix("torch."))
             save(f"trainer ready, card {report['card']['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s")
@@ -942,7 +950,8 @@ def render_section(result: dict | None, profile_file: str = "gpu_check_profile.j
                   f"decoder `{hf['decoder']}`" + "".join(
                       f", {label} {hf[key]}" for key, label in (
                           ("rollout_dtype", "rollout weights"), ("micro_batch_tokens", "tokens per micro-batch"),
-                          ("gradient_checkpointing", "gradient checkpointing"), ("reference_dtype", "reference weights"))
+                          ("gradient_checkpointing", "gradient checkpointing"),
+                          ("train_on_copy", "the update on the rollout weights"), ("reference_dtype", "reference weights"))
                       if key in hf) + ".", ""]
     installed = hf.get("versions", {}).get("transformers")
     if installed:

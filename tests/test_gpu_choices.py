@@ -570,6 +570,76 @@ def test_the_kl_reference_computes_in_16_bits_on_cuda_only(tmp_path, monkeypatch
         t.close()
 
 
+# -- training on the rollout copy (bf16 compute weights, float32 master weights) ---------------------------
+def test_training_on_the_copy_adds_its_16_bit_gradients_into_the_float32_weights(tiny_path):
+    import copy
+
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", compute_dtype="bfloat16", rollout_dtype="bfloat16",
+                                      logits_chunk=3)
+    assert not policy.train_on_copy  # set by the trainer (model.train_on_copy)
+    policy.train_on_copy = True
+    # the same computation written out: the weights in bf16 (buffers as they are), scored without autocast
+    twin = HFPolicy(copy.deepcopy(policy.model), policy.tokenizer, device="cpu", logits_chunk=3)
+    for p in twin.parameters():
+        p.data = p.data.to(torch.bfloat16)
+    halves = [TokenBatch([[5, 6, 7, 8, 9], [9, 10]], [[14, 15, 3], [16]]),
+              TokenBatch([[11, 12, 13]], [[17, 18, 19, 20]])]
+    weights = torch.linspace(-1.0, 1.0, 4)
+    expected: dict[str, torch.Tensor] = {}
+    for half in halves:  # two micro-batches: each one's bf16 gradient is added in float32
+        mine, theirs = policy(half, with_entropy=True), twin(half, with_entropy=True)
+        assert torch.equal(mine.log_probs, theirs.log_probs) and torch.equal(mine.entropy, theirs.entropy)
+        for scores in (mine, theirs):
+            (scores.log_probs * weights[: scores.log_probs.shape[1]]).sum().add(0.1 * scores.entropy.sum()).backward()
+        for name, p in twin.model.named_parameters():
+            expected[name] = expected.get(name, 0) + p.grad.float()
+            p.grad = None
+    copied = policy.scoring_model()
+    assert copied is not policy.model and {p.dtype for p in copied.parameters()} == {torch.bfloat16}
+    assert all(p.grad is None for p in copied.parameters())  # the copy keeps no gradient
+    grads = {name: p.grad for name, p in policy.model.named_parameters()}
+    assert grads.keys() == expected.keys() and all(g is not None and g.dtype == torch.float32 for g in grads.values())
+    for name, grad in grads.items():
+        assert torch.equal(grad, expected[name]), name
+    torch.optim.AdamW(policy.parameters(), lr=0.1).step()  # the float32 weights step; the copy follows them
+    policy(halves[0])
+    for trained, mirrored in zip(policy.model.parameters(), copied.parameters()):
+        assert trained.dtype == torch.float32 and torch.equal(trained.detach().to(torch.bfloat16), mirrored)
+    assert policy.rollout_model() is copied and not copied.training  # one copy samples and trains
+    assert not any("rollout" in k for k in policy.state_dict())  # the float32 weights are what is saved
+
+
+def test_training_on_the_copy_is_auto_on_cuda_only_and_refused_where_it_cannot_work(tmp_path):
+    t = trainer(tmp_path, "model.rollout_dtype=bfloat16")
+    try:
+        assert not t.policy.train_on_copy  # a CPU run keeps its numbers
+        t.device = CUDA  # the rule alone
+        assert t.trains_on_copy()
+        t.cfg.model.lora = {"r": 2}
+        assert not t.trains_on_copy()
+    finally:
+        t.close()
+    with pytest.raises(ConfigError, match=r"train_on_copy: true, but there is no rollout copy in another dtype"):
+        trainer(tmp_path / "none", "model.train_on_copy=true")
+
+
+def test_an_update_on_the_copy_starts_at_ratio_one_and_moves_the_float32_weights(tmp_path):
+    t = trainer(tmp_path, "model.train_on_copy=true", "model.rollout_dtype=bfloat16", "model.compute_dtype=bfloat16",
+                "optim.micro_batch_size=3")
+    try:
+        assert t.policy.train_on_copy and t.recomputes_old_log_probs()
+        t.freeze_reference()
+        before = [p.detach().clone() for p in t.policy.parameters()]
+        rollout = collect(t.actor, t.envs, t.sampling(1), seed=derive_seed(0, 1), shaping=t.shaping)
+        m = t.update(rollout, 1)  # one optimiser step: the loss's log-probs are the copy's, as the old ones are
+        assert m["train/optimizer_steps"] == 1 and abs(m["train/approx_kl_old"]) < 1e-6 and m["train/kl_ref"] == 0
+        assert m["train/grad_norm"] > 0
+        after = list(t.policy.parameters())
+        assert all(p.dtype == torch.float32 for p in after) and any(not torch.equal(a, b) for a, b in zip(after, before))
+    finally:
+        t.close()
+
+
 # -- no host read in the scoring pass's mask code -----------------------------------------
 def packed_sequence_checks(monkeypatch) -> list:
     """Record each time transformers looks for packed sequences (the check reads a tensor back to the host)."""

@@ -159,7 +159,8 @@ def choice_scores(policy: Any, batch: ChoiceBatch, with_entropy: bool, with_valu
     with policy.compute():
         hidden = policy.model.get_decoder()(input_ids=ids.to(policy.device), attention_mask=bias[:, None].to(policy.device),
                                             position_ids=positions.to(policy.device), use_cache=False).last_hidden_state
-    token_logp, _ = policy._score_positions(hidden.reshape(rows * width, -1)[torch.tensor(at, device=policy.device)],
+    token_logp, _ = policy._score_positions(policy.model.get_output_embeddings(),
+                                            hidden.reshape(rows * width, -1)[torch.tensor(at, device=policy.device)],
                                             torch.tensor(targets, device=policy.device), False)
     totals = torch.zeros(rows * most, dtype=torch.float32, device=policy.device)
     totals = totals.index_add(0, torch.tensor(option_of, device=policy.device), token_logp).view(rows, most)

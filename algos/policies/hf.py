@@ -68,6 +68,7 @@ class HFPolicy(nn.Module):
     ):
         super().__init__()
         self.model = model
+        self._rollout = _RolloutCopy()
         self._cache_kw = _cache_keyword(model)
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
@@ -106,7 +107,9 @@ class HFPolicy(nn.Module):
         weights = next(k for k, v in _DTYPES.items() if v == next(model.parameters()).dtype)
         #: The dtype of the copy of the weights that samples free text (None: the trained weights, under autocast).
         self.rollout_dtype = rollout_weights_dtype(rollout_dtype, self.device, weights, compute_dtype)
-        self._rollout = _RolloutCopy()
+        #: Score and train on the rollout copy (``model.train_on_copy``; the trainer decides): its forwards and
+        #: backwards run in ``rollout_dtype`` throughout, and each gradient is added into the trained weights'.
+        self.train_on_copy = False
         self.resolved_decoder()  # a decoder that cannot run here is refused now, not at the first rollout
         self._generator = torch.Generator(device=self.device).manual_seed(int(sampling_seed))
         eos = self._base_config().eos_token_id if tokenizer.eos_token_id is None else tokenizer.eos_token_id
@@ -378,7 +381,23 @@ class HFPolicy(nn.Module):
         """What samples free text: the model itself, or its copy in ``rollout_dtype`` with the weights as they are now."""
         if self.rollout_dtype is None:
             return self.model
-        return self._rollout.of(self.model, _DTYPES[self.rollout_dtype])
+        return self._rollout.of(self.model, _DTYPES[self.rollout_dtype]).eval()
+
+    def scoring_model(self) -> nn.Module:
+        """What ``forward`` runs: the model itself (under autocast), or with ``train_on_copy`` the rollout copy with
+        the weights as they are now, whose gradients go into the trained weights' as the backward makes them.
+
+        On a copy in bf16 the residual stream, the norms and the rotary embedding compute
+        in bf16 too, as under verl's FSDP mixed precision, where autocast over float32
+        weights keeps them in float32: fewer bytes moved, and no cast of every weight at
+        every forward.  The float32 weights stay what the optimiser steps and what is saved.
+        """
+        if not self.train_on_copy or self.rollout_dtype is None:
+            return self.model
+        dtype = _DTYPES[self.rollout_dtype]
+        if next(self.model.parameters()).dtype == dtype:  # e.g. a bf16 KL reference: its weights are the copy
+            return self.model
+        return self._rollout.of(self.model, dtype, trainable=True).train(self.training)
 
     def _left_padded(self, prompt_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Ids and attention mask with every prompt ending at the same position (for a shared KV cache)."""
@@ -425,15 +444,17 @@ class HFPolicy(nn.Module):
             raise ValueError("every row needs at least one prompt token")
         ids, width = packed.ids, packed.ids.shape[1]
         positions = torch.arange(width, device=self.device)[None, :].expand(len(packed), -1)
-        with self.compute(), causal_attention(self.model):
-            hidden = self.model.get_decoder()(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state
+        model = self.scoring_model()
+        with self.compute() if model is self.model else sdpa_backends(self.device), causal_attention(model):
+            hidden = model.get_decoder()(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state
         # the hidden state at (prompt_len + j - 1) predicts response token j
         max_resp = max(int(resp_lens.max()), 1)
         mask = torch.arange(max_resp)[None, :] < resp_lens[:, None]
         rows, cols = mask.nonzero(as_tuple=True)
         at = self.to_device(prompt_lens[rows] + cols - 1)
         rows_d, cols_d = self.to_device(rows), self.to_device(cols)
-        token_logp, entropy = self._score_positions(hidden[rows_d, at], ids[rows_d, at + 1], with_entropy)
+        token_logp, entropy = self._score_positions(model.get_output_embeddings(), hidden[rows_d, at],
+                                                    ids[rows_d, at + 1], with_entropy)
         out_logp = torch.zeros((len(packed), max_resp), dtype=torch.float32, device=self.device)
         out_logp = out_logp.index_put((rows_d, cols_d), token_logp)
         out_entropy = None
@@ -458,14 +479,14 @@ class HFPolicy(nn.Module):
         """``forward`` under its protocol name (``TrainablePolicy.log_probs``)."""
         return self(batch, with_entropy=with_entropy, with_values=with_values)
 
-    def _score_positions(self, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
-        """Log-prob of ``targets`` (and entropy) at each hidden state, ``logits_chunk`` states at a time.
+    def _score_positions(self, head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
+        """Log-prob of ``targets`` (and entropy) at each hidden state by the LM ``head``, ``logits_chunk`` states at a
+        time.
 
         Under autograd each chunk is recomputed in the backward pass instead of keeping
         its ``[chunk, vocabulary]`` logits: at a 152k vocabulary a long micro-batch's
         logits alone would take gigabytes.
         """
-        head = self.model.get_output_embeddings()
         logps, entropies = [], []
         chunks = range(0, max(hidden.shape[0], 1), self.logits_chunk)
         recompute = torch.is_grad_enabled() and len(chunks) > 1
@@ -512,16 +533,18 @@ class HFPolicy(nn.Module):
             yield
 
     def set_checkpointing(self, enabled: bool) -> None:
-        """Recompute each decoder layer in the backward pass (``enabled``) or keep its activations."""
-        if hasattr(self.model, "activation_checkpointing_enable"):  # transformers >= 5.x
-            if enabled:
-                self.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        """Recompute each decoder layer in the backward pass (``enabled``) or keep its activations (the rollout
+        copy's too, which ``train_on_copy`` trains through)."""
+        for model in (m for m in (self.model, self._rollout.model) if m is not None):
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x
+                if enabled:
+                    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+                else:
+                    model.activation_checkpointing_disable()
+            elif enabled:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             else:
-                self.model.activation_checkpointing_disable()
-        elif enabled:
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            self.model.gradient_checkpointing_disable()
+                model.gradient_checkpointing_disable()
         self.gradient_checkpointing = bool(enabled)
 
     # -- helpers ---------------------------------------------------------------------
@@ -700,30 +723,50 @@ def _add_lora(model: nn.Module, lora: dict[str, Any]) -> nn.Module:
 
 
 class _RolloutCopy:
-    """The rollout weights: a copy of a model with its parameters in another dtype, for sampling only.
+    """The rollout weights: a copy of a model with its parameters in another dtype, to sample with (and, made
+    ``trainable``, to score and train through: ``HFPolicy.train_on_copy``).
 
     Not a submodule (never saved, never in a state dict), and a deep copy of the policy
     (the KL reference) starts without one.  Every call copies the trained weights in
     again (an optimiser step, a loaded checkpoint, the SFT warm start: none can leave it
     stale; torch's in-place counters miss a fused AdamW step).  For 1.5B float32 weights
-    that is 9 GB of traffic, about 2 ms on an H200, once per generate call.  Buffers (the
-    rotary frequencies) keep their dtype.
+    that is 9 GB of traffic, about 2 ms on an H200.  Buffers (the rotary frequencies) keep
+    their dtype.  A trainable copy hands each gradient to its trained weight as the backward
+    finishes it (added in that weight's float32, as FSDP's mixed precision reduces) and keeps
+    none itself.
     """
 
     def __init__(self) -> None:
         self.model: nn.Module | None = None
+        self.trainable = False
 
     def __deepcopy__(self, memo: dict) -> "_RolloutCopy":
         return _RolloutCopy()
 
     @torch.no_grad()
-    def of(self, model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    def of(self, model: nn.Module, dtype: torch.dtype, trainable: bool = False) -> nn.Module:
         if self.model is None:
             self.model = copy.deepcopy(model).eval()
             for p in self.model.parameters():
                 p.requires_grad_(False)
+                p.grad = None
                 p.data = p.data.to(dtype)
         else:
             for mine, theirs in zip(self.model.parameters(), model.parameters()):
                 mine.copy_(theirs)
+        if trainable and not self.trainable:
+            for mine, theirs in zip(self.model.parameters(), model.parameters()):
+                if theirs.requires_grad:
+                    mine.requires_grad_(True)
+                    mine.register_post_accumulate_grad_hook(functools.partial(_add_gradient, theirs))
+            self.trainable = True
         return self.model
+
+
+def _add_gradient(trained: torch.Tensor, copied: torch.Tensor) -> None:
+    """``copied``'s gradient, just accumulated, into ``trained``'s (in ``trained``'s dtype); the copy keeps none."""
+    if trained.grad is None:
+        trained.grad = copied.grad.to(trained.dtype)
+    else:
+        trained.grad.add_(copied.grad)
+    copied.grad = None

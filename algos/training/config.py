@@ -125,6 +125,8 @@ class ModelConfig:
     """What samples free text with model.generation 'hf': 'loop' (the package's decode loop), 'static' (the loop over a static KV cache, its step a CUDA graph on a GPU), 'continuous' (transformers' continuous batching) or 'auto' (static on CUDA, loop elsewhere: docs/gpu.md). Static under autocast over float32 weights (rollout_dtype null) needs transformers >= 5.24; before, 'auto' takes the loop there."""
     rollout_dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = "auto"
     """Dtype of a copy of the weights that samples free text, refreshed after every update (null: the trained weights themselves); 'auto': on CUDA, compute_dtype where the weights are kept in another, else none.  With a copy the trained model recomputes the old log-probs."""
+    train_on_copy: bool | Literal["auto"] = "auto"
+    """Score and train on the rollout copy (rollout_dtype): the update's forwards and backwards compute in its dtype throughout (the residual stream and norms too), each gradient is added into the float32 weights', and the optimiser steps those (verl's FSDP mixed precision); false: the float32 weights under autocast.  'auto': on CUDA, wherever it can (one process, a rollout copy, no LoRA, the loss over tokens)."""
     tf32: bool = True
     """On CUDA, run any float32 matmul on TF32 tensor cores (no effect on a CPU)."""
     lora: dict[str, Any] | None = None

@@ -174,6 +174,8 @@ class Trainer:
         with self.parallel.main_first():
             self.policy = policy if policy is not None else build_policy(cfg, device)
         self.device = self.policy.device
+        if hasattr(self.policy, "train_on_copy"):
+            self.policy.train_on_copy = self.trains_on_copy()
         o = cfg.optim
         self.weights = o.loss_weights(self.algo)
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
@@ -494,6 +496,30 @@ class Trainer:
         weights = str(next(self.policy.parameters()).dtype).removeprefix("torch.")
         name = rollout_weights_dtype("auto", self.device, weights, compute)
         return None if name is None else getattr(torch, name)
+
+    def trains_on_copy(self) -> bool:
+        """``model.train_on_copy`` resolved: whether the update scores and trains on the rollout copy.
+
+        It needs a copy in another dtype than the weights' and one process without LoRA
+        (DDP and FSDP reduce the trained module's own gradients; LoRA trains a few small
+        matrices, nothing to gain), over tokens (``choice`` scores the trained module).
+        ``auto`` takes it on CUDA wherever it can; a CPU run keeps its numbers.
+        """
+        m = self.cfg.model
+        copy_dtype = getattr(self.policy, "rollout_dtype", None)
+        weights = str(next(self.policy.parameters()).dtype).removeprefix("torch.")
+        why_not = [reason for reason, applies in (
+            (f"there is no rollout copy in another dtype than the weights' {weights} (model.rollout_dtype)",
+             copy_dtype in (None, weights)),
+            ("several processes train (DDP and FSDP reduce the trained weights' own gradients)", self.parallel.world > 1),
+            ("model.lora trains adapters", m.lora is not None),
+            ("optim.loss_over: choices scores the trained weights", self.cfg.optim.loss_over == "choices"),
+        ) if applies]
+        if m.train_on_copy == "auto":
+            return self.device.type == "cuda" and not why_not
+        if m.train_on_copy and why_not:
+            raise ConfigError(f"model.train_on_copy: true, but {why_not[0]}; set it to auto or false")
+        return bool(m.train_on_copy)
 
     def gather(self, rollout: Rollout) -> "WholeRollout":
         """Every process's rows (without tokens) as one process's rollout, and where each row lives.
