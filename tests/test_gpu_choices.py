@@ -625,7 +625,7 @@ def test_training_on_the_copy_is_auto_on_cuda_only_and_refused_where_it_cannot_w
 
 def test_an_update_on_the_copy_starts_at_ratio_one_and_moves_the_float32_weights(tmp_path):
     t = trainer(tmp_path, "model.train_on_copy=true", "model.rollout_dtype=bfloat16", "model.compute_dtype=bfloat16",
-                "optim.micro_batch_size=3")
+                "optim.micro_batch_size=3", "model.gradient_checkpointing=true")
     try:
         assert t.policy.train_on_copy and t.recomputes_old_log_probs()
         t.freeze_reference()
@@ -636,6 +636,10 @@ def test_an_update_on_the_copy_starts_at_ratio_one_and_moves_the_float32_weights
         assert m["train/grad_norm"] > 0
         after = list(t.policy.parameters())
         assert all(p.dtype == torch.float32 for p in after) and any(not torch.equal(a, b) for a, b in zip(after, before))
+        layers = [m for m in t.policy.scoring_model().modules() if hasattr(m, "gradient_checkpointing")]
+        assert layers and all(m.gradient_checkpointing for m in layers)  # the copy recomputes as the model would
+        t.policy.set_checkpointing(False)
+        assert not any(m.gradient_checkpointing for m in layers)
     finally:
         t.close()
 
