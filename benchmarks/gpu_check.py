@@ -191,7 +191,7 @@ def phases(record: dict, shape: dict, card: dict, checkpointing: bool, compute_b
             "seconds": record["scoring_s"], "tokens": record["scoring_models"] * tokens_fwd,
             "flop": record["scoring_models"] * rows_fwd, "floor_s": record["scoring_models"] * rows_fwd / peak,
             "work": " and ".join(filter(None, [
-                "one forward of the trained weights (the rollout's log-probs are not theirs)" if record["old_recomputed"]
+                "one forward of the policy (the rollout's log-probs are not its own)" if record["old_recomputed"]
                 else "", "one forward of the frozen reference" if record["scoring_models"] > record["old_recomputed"]
                 else ""])) + ", in one pass" if record["scoring_models"] else "none"},
         "forward + backward": {"seconds": record["forward_backward_s"], "tokens": tokens_fwd, "flop": 3 * rows_fwd,

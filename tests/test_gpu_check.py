@@ -87,7 +87,7 @@ def test_the_floors_count_each_phase_s_work():
     fwd = 2e9 * 110 + 4 * 10 * 1000 * 110 * 111 / 2 + 2 * 1000 * 100_000 * 10  # the row without a reply is not trained
     scoring = p["old + reference log-probs"]  # the trained weights and the reference, one forward each
     assert scoring["flop"] == pytest.approx(2 * fwd) and scoring["floor_s"] == pytest.approx(2 * fwd / 1e15)
-    assert "trained weights" in scoring["work"] and "reference" in scoring["work"]
+    assert "forward of the policy" in scoring["work"] and "reference" in scoring["work"]
     assert p["forward + backward"]["floor_s"] == pytest.approx(3 * fwd / 1e15)
     assert p["optimiser step"]["bytes"] == 40 * 1.2e9 and p["optimiser step"]["times_floor"] == pytest.approx(0.2 / 0.048)
     # ten decoding steps, each reading the 16-bit weights (and a KV cache) once: memory-bound at these sizes
