@@ -621,6 +621,7 @@ def test_training_on_the_copy_is_auto_on_cuda_only_and_refused_where_it_cannot_w
         t.close()
     with pytest.raises(ConfigError, match=r"train_on_copy: true, but there is no rollout copy in another dtype"):
         trainer(tmp_path / "none", "model.train_on_copy=true")
+    assert not (tmp_path / "none" / "run").exists()  # refused before the run folder is made
 
 
 def test_an_update_on_the_copy_starts_at_ratio_one_and_moves_the_float32_weights(tmp_path):

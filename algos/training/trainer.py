@@ -163,7 +163,6 @@ class Trainer:
             raise ConfigError("prompt.template 'tools' plays chats with tool calls, and the given policy answers "
                               "prompt strings only (its needs_context has no 'messages')")
         cfg.check_envs()  # a bad split, task type or data folder: one line, before the run folder exists
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         configure_determinism(cfg.deterministic)
         if cfg.model.dtype != "float32" and (cfg.iterations or cfg.sft.steps):
             warnings.warn(
@@ -176,6 +175,7 @@ class Trainer:
         self.device = self.policy.device
         if hasattr(self.policy, "train_on_copy"):
             self.policy.train_on_copy = self.trains_on_copy()
+        self.run_dir.mkdir(parents=True, exist_ok=True)  # after the last refusal of the config
         o = cfg.optim
         self.weights = o.loss_weights(self.algo)
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
