@@ -609,6 +609,20 @@ def test_training_on_the_copy_adds_its_16_bit_gradients_into_the_float32_weights
     assert not any("rollout" in k for k in policy.state_dict())  # the float32 weights are what is saved
 
 
+def test_two_forwards_on_the_copy_before_one_backward_train_as_one(tiny_path):
+    # an algorithm may score two batches (chosen and rejected, policy and values) into one loss: each forward
+    # refreshes the copy, which must not invalidate what the first forward saved for the backward
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", compute_dtype="bfloat16", rollout_dtype="bfloat16")
+    policy.train_on_copy = True
+    batch = TokenBatch([[5, 6, 7]], [[8, 9]])
+    policy(batch).log_probs.sum().backward()
+    once = [p.grad.clone() for p in policy.parameters()]
+    policy.zero_grad(set_to_none=True)
+    (policy(batch).log_probs.sum() + policy(batch).log_probs.sum()).backward()
+    for p, g in zip(policy.parameters(), once):  # the tied embedding's four parts are summed in bf16
+        torch.testing.assert_close(p.grad, 2 * g, rtol=1e-2, atol=1e-2 * float(g.abs().max()))
+
+
 def test_training_on_the_copy_is_auto_on_cuda_only_and_refused_where_it_cannot_work(tmp_path):
     t = trainer(tmp_path, "model.rollout_dtype=bfloat16")
     try:

@@ -751,9 +751,9 @@ class _RolloutCopy:
                 p.requires_grad_(False)
                 p.grad = None
                 p.data = p.data.to(dtype)
-        else:
+        else:  # through .data: no version bump, so two forwards before one backward still find their weights
             for mine, theirs in zip(self.model.parameters(), model.parameters()):
-                mine.copy_(theirs)
+                mine.data.copy_(theirs)
         if trainable and not self.trainable:
             for mine, theirs in zip(self.model.parameters(), model.parameters()):
                 if theirs.requires_grad:
