@@ -202,3 +202,28 @@ def test_a_padded_tokenizer_encodes_as_before_and_decodes_every_id():
         assert padded.convert_ids_to_tokens(ids) == tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"])
         assert padded.decode(ids) == text
     assert all(padded.decode([i]) for i in range(2000))  # every id a random model samples has a text
+
+
+def test_the_variants_time_the_update_on_the_float32_weights_and_restore_the_copy(tmp_path):
+    from helpers_fake import CORRIDOR_ID
+
+    from gigpo_gym.algos.training.config import load_config
+    from gigpo_gym.algos.training.rollout import collect
+    from gigpo_gym.algos.training.trainer import Trainer
+    from gigpo_gym.core.env import derive_seed
+
+    gpu_check = load("gpu_check")
+    cfg = load_config(None, [
+        f"env.id={CORRIDOR_ID}", "env.num_groups=2", "env.group_size=2", "env.eval_episodes=0", "progress=false",
+        "sampling.max_new_tokens=4", "model.device=cpu", "model.tiny.corpus_episodes=2", "model.tiny.vocab_size=300",
+        "model.tiny.hidden_size=32", "model.tiny.intermediate_size=64", "model.compute_dtype=bfloat16",
+        "model.rollout_dtype=bfloat16", "model.train_on_copy=true", f"run_dir={tmp_path / 'run'}"])
+    with Trainer(cfg) as t:
+        t.prepare()
+        t.freeze_reference()
+        rollout = collect(t.actor, t.envs, t.sampling(1), seed=derive_seed(0, 1), shaping=t.shaping)
+        timed = gpu_check.update_variants(t, rollout, 1, deadline=float("inf"), groups=1)
+        assert t.policy.train_on_copy  # each variant's change is undone
+    off = timed["the update on the float32 weights under autocast"]
+    assert isinstance(off, dict) and off["rows"] == timed["as configured"]["rows"] > 0 and off["forward_backward_s"] > 0
+    assert all(isinstance(v, dict) for k, v in timed.items() if not k.startswith("Liger")), timed
