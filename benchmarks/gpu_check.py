@@ -504,38 +504,29 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, groups: i
     while time is left: what each choice costs."""
     import torch
 
-    policy, part = trainer.scorer, first_groups(rollout, groups)
-    checkpointing, budget = policy.gradient_checkpointing, trainer.micro_batch_tokens
+    policy, part = trainer.policy, first_groups(rollout, groups)
     deterministic = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    written, fills = trainer.policy.written_vocab_backward, torch.utils.deterministic.fill_uninitialized_memory
 
-    def set_budget(tokens):
-        trainer.micro_batch_tokens = tokens
+    def setting(owner, name: str, value):
+        """``(change, undo)``: ``owner.name`` set to ``value``, then back to what it is now."""
+        before = getattr(owner, name)
+        return lambda: setattr(owner, name, value), lambda: setattr(owner, name, before)
 
-    def set_written(on):
-        trainer.policy.written_vocab_backward = on
-
-    def set_fills(on):
-        torch.utils.deterministic.fill_uninitialized_memory = on
-
-    def set_chunk(positions):
-        trainer.policy.logits_chunk = positions
-
-    def set_copy(on):
-        trainer.policy.train_on_copy = on
-
-    on_copy = trainer.policy.train_on_copy
     variants = {"as configured": (lambda: None, lambda: None)}
-    if on_copy or trainer.policy.rollout_dtype is not None:  # first: the largest change to the update's kernels
-        other = "the float32 weights under autocast" if on_copy else "the rollout weights"
-        variants[f"the update on {other}"] = (lambda: set_copy(not on_copy), lambda: set_copy(on_copy))
-    variants |= {
-        f"the vocabulary's gradient by {'autograd' if written else 'its closed form'}": (
-            lambda: set_written(not written), lambda: set_written(written)),
-        f"deterministic mode {'without' if fills else 'with'} torch's fill of new tensors": (
-            lambda: set_fills(not fills), lambda: set_fills(fills)),
-    }
+    if policy.train_on_copy or policy.rollout_dtype is not None:  # first: the largest change to the update's kernels
+        other = "the float32 weights under autocast" if policy.train_on_copy else "the rollout weights"
+        variants[f"the update on {other}"] = setting(policy, "train_on_copy", not policy.train_on_copy)
+    keeps = policy.keeps_logits()
+    if keeps:  # the head's second pass in the backward, against its kept logits
+        variants["the LM head run again in the backward"] = setting(policy, "keep_chunk_logits", False)
+    written = policy.written_vocab_backward
+    variants[f"the vocabulary's gradient by {'autograd' if written else 'its closed form'}"
+             f"{' (so the head runs again in the backward)' if keeps else ''}"] = setting(
+        policy, "written_vocab_backward", not written)
+    fills = torch.utils.deterministic.fill_uninitialized_memory
+    variants[f"deterministic mode {'without' if fills else 'with'} torch's fill of new tensors"] = setting(
+        torch.utils.deterministic, "fill_uninitialized_memory", not fills)
     # the weights' dtype sets the forward's precision whatever their values (bf16 -> float32 -> bf16 gives them
     # back; on a CPU float32 -> bf16 -> float32 rounds them, which only the variants after it see)
     if trainer.reference is not None:
@@ -543,20 +534,21 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, groups: i
         other = torch.bfloat16 if kept == torch.float32 else torch.float32
         variants[f"the reference's weights in {str(other).removeprefix('torch.')}"] = (
             lambda: trainer.reference.to(other), lambda: trainer.reference.to(kept))
-    chunk = trainer.policy.logits_chunk  # each chunk casts the head's weights and adds its gradient once
-    variants |= {
-        f"the LM head on {4 * chunk} positions at a time": (lambda: set_chunk(4 * chunk), lambda: set_chunk(chunk)),
-        f"gradient checkpointing {'off' if checkpointing else 'on'}": (
-            lambda: policy.set_checkpointing(not checkpointing), lambda: policy.set_checkpointing(checkpointing)),
-        "non-deterministic kernels": (lambda: torch.use_deterministic_algorithms(False),
-                                      lambda: torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)),
-    }
-    if budget:
-        variants[f"micro-batches of {trainer.cfg.optim.micro_batch_size} rows"] = (
-            lambda: set_budget(None), lambda: set_budget(budget))
+    # each chunk casts the head's weights (under autocast) and adds its gradient once
+    variants[f"the LM head on {4 * policy.logits_chunk} positions at a time"] = setting(
+        policy, "logits_chunk", 4 * policy.logits_chunk)
+    checkpointing = policy.gradient_checkpointing
+    variants[f"gradient checkpointing {'off' if checkpointing else 'on'}"] = (
+        lambda: policy.set_checkpointing(not checkpointing), lambda: policy.set_checkpointing(checkpointing))
+    variants["non-deterministic kernels"] = (
+        lambda: torch.use_deterministic_algorithms(False),
+        lambda: torch.use_deterministic_algorithms(deterministic, warn_only=warn_only))
+    if trainer.micro_batch_tokens:
+        variants[f"micro-batches of {trainer.cfg.optim.micro_batch_size} rows"] = setting(
+            trainer, "micro_batch_tokens", None)
     if trainer.device.type == "cuda" and importlib.util.find_spec("liger_kernel") is not None:
         variants["Liger's Triton RMSNorm, RoPE and SwiGLU (last: its patch of transformers stays)"] = (
-            lambda: apply_liger(trainer.policy.scoring_model()), lambda: None)
+            lambda: apply_liger(policy.scoring_model()), lambda: None)
     out, pace = {}, None
     for name, (change, undo) in variants.items():
         if pace is not None and deadline - time.monotonic() < 1.5 * pace + 5:

@@ -461,6 +461,12 @@ def test_the_card_s_memory_sets_the_token_budget_and_checkpointing():
     tokens, checkpointing = plan_update_memory(80 * gib, 36 * gib, hidden, layers, longest, None)  # an H100
     assert checkpointing and tokens == int(0.75 * 44 * gib) // (24 * hidden * layers)
     assert plan_update_memory(80 * gib, 36 * gib, hidden, layers, longest, False)[1] is False  # as configured
+    # the LM head's kept bf16 logits (151,936 entries a position) count against the budget without checkpointing only
+    kept = 2 * 151_936
+    plain = plan_update_memory(141 * gib, 36 * gib, hidden, layers, longest, None)[0]
+    with_logits, checkpointing = plan_update_memory(141 * gib, 36 * gib, hidden, layers, longest, None, kept)
+    assert not checkpointing and with_logits == int(0.75 * 105 * gib) // (96 * hidden * layers + kept) < plain
+    assert plan_update_memory(80 * gib, 36 * gib, hidden, layers, longest, None, kept) == (tokens, True)
     with pytest.raises(ValueError, match="needs 90.0 GiB resident on a card of 80.0 GiB"):
         plan_update_memory(80 * gib, 90 * gib, hidden, layers, longest, None)
 
@@ -753,6 +759,33 @@ def test_the_written_vocabulary_backward_is_autograd_s_gradient(reads):
     torch.testing.assert_close(written, gradient(lambda x: forward_scores(x, targets, True)), rtol=1e-5, atol=1e-6)
     if reads == "log-probs":  # and without the entropy computed at all
         torch.testing.assert_close(gradient(lambda x: vocab_scores(x, targets, False)), written, rtol=1e-5, atol=1e-6)
+
+
+def test_kept_chunk_logits_train_as_recomputed_ones_with_one_head_pass(tiny_path):
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", compute_dtype="bfloat16", logits_chunk=3)
+    assert not policy.keeps_logits() and policy.kept_logits_bytes() == 0  # a CPU recomputes, as it always has
+    policy.written_vocab_backward = True  # what CUDA gets, run here
+    batch = TokenBatch([[5, 6, 7, 8, 9], [9, 10], [11, 12, 13]], [[14, 15, 3], [16], [17, 18, 19, 20]])
+    head_calls = []
+    policy.model.get_output_embeddings().register_forward_hook(lambda *_: head_calls.append(1))
+
+    def trained(keep: bool):
+        policy.keep_chunk_logits = keep
+        policy.zero_grad(set_to_none=True)
+        head_calls.clear()
+        scores = policy(batch, with_entropy=True)  # 8 response tokens in 3 chunks
+        (scores.log_probs.sum() + 0.1 * scores.entropy.sum()).backward()
+        return scores, [p.grad.clone() for p in policy.parameters()], len(head_calls)
+
+    (kept, kept_grads, kept_calls), (again, again_grads, again_calls) = trained(True), trained(False)
+    assert kept_calls == 3 and again_calls == 6  # the head once a chunk, or again in the backward
+    assert torch.equal(kept.log_probs, again.log_probs) and torch.equal(kept.entropy, again.entropy)
+    assert all(torch.equal(a, b) for a, b in zip(kept_grads, again_grads))
+    policy.keep_chunk_logits = True
+    vocab = policy.model.get_output_embeddings().weight.shape[0]
+    assert policy.kept_logits_bytes() == 2 * vocab  # a position's logits in bf16
+    policy.set_checkpointing(True)  # where memory is short, the head runs again too
+    assert not policy.keeps_logits()
 
 
 @pytest.mark.parametrize("compute_dtype", [None, "bfloat16"])

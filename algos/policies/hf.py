@@ -104,6 +104,9 @@ class HFPolicy(nn.Module):
         #: The gradient through the vocabulary in closed form (``vocab_scores``), not autograd's: fewer passes
         #: over the logits.  On CUDA only, so CPU runs repeat the numbers they always gave.
         self.written_vocab_backward = self.device.type == "cuda"
+        #: Under that written backward and without checkpointing, the LM head's chunks keep their logits (in the
+        #: compute dtype: all the written backward needs) instead of running again in the backward.  CUDA only.
+        self.keep_chunk_logits = self.device.type == "cuda"
         weights = next(k for k, v in _DTYPES.items() if v == next(model.parameters()).dtype)
         #: The dtype of the copy of the weights that samples free text (None: the trained weights, under autocast).
         self.rollout_dtype = rollout_weights_dtype(rollout_dtype, self.device, weights, compute_dtype)
@@ -485,11 +488,15 @@ class HFPolicy(nn.Module):
 
         Under autograd each chunk is recomputed in the backward pass instead of keeping
         its ``[chunk, vocabulary]`` logits: at a 152k vocabulary a long micro-batch's
-        logits alone would take gigabytes.
+        logits alone would take gigabytes, and autograd's backward of the log-softmax keeps
+        float32 copies beside them.  The written backward (``vocab_scores``) keeps only the
+        logits, 2 bytes a position and vocabulary entry in bf16: where nothing else is
+        recomputed for memory (no checkpointing), the chunks keep them (``keep_chunk_logits``)
+        and the head runs once.  The trainer's token budget counts those bytes.
         """
         logps, entropies = [], []
         chunks = range(0, max(hidden.shape[0], 1), self.logits_chunk)
-        recompute = torch.is_grad_enabled() and len(chunks) > 1
+        recompute = torch.is_grad_enabled() and len(chunks) > 1 and not self.keeps_logits()
         for start in chunks:
             part = (hidden[start : start + self.logits_chunk], targets[start : start + self.logits_chunk])
             if recompute:
@@ -500,6 +507,17 @@ class HFPolicy(nn.Module):
             logps.append(logp)
             entropies.append(ent)
         return torch.cat(logps), (torch.cat(entropies) if with_entropy else None)
+
+    def keeps_logits(self) -> bool:
+        """Whether the LM head's chunks keep their logits for the backward (see ``_score_positions``)."""
+        return self.keep_chunk_logits and self.written_vocab_backward and not self.gradient_checkpointing
+
+    def kept_logits_bytes(self) -> int:
+        """Bytes a response position keeps of its logits for the backward without checkpointing (0: none kept)."""
+        if not (self.keep_chunk_logits and self.written_vocab_backward):
+            return 0
+        dtype = _DTYPES[self.compute_dtype] if self.compute_dtype else next(self.model.parameters()).dtype
+        return self.model.get_output_embeddings().weight.shape[0] * dtype.itemsize
 
     def _chunk_scores(self, head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
         with self.autocast():

@@ -98,12 +98,14 @@ ROWS_WITHOUT_CHECKPOINTING = 4
 
 
 def plan_update_memory(total: int, resident: int, hidden: int, layers: int, longest_row: int,
-                       checkpointing: bool | None) -> tuple[int, bool]:
+                       checkpointing: bool | None, logits_bytes: int = 0) -> tuple[int, bool]:
     """Tokens per micro-batch, and gradient checkpointing (``None``: chosen here), for a card of ``total`` bytes.
 
     ``resident`` is what stays on the card through the update (weights, gradients, the
     optimiser's moments, the KL reference, copies, a logits chunk); activations get
-    ``ACTIVATION_SHARE`` of the rest at ``ACTIVATION_BYTES`` a token.  Checkpointing
+    ``ACTIVATION_SHARE`` of the rest at ``ACTIVATION_BYTES`` a token, plus ``logits_bytes``
+    a token without checkpointing (the LM head's logits kept for the backward, as though
+    every token were a response's: ``HFPolicy.keeps_logits``).  Checkpointing
     recomputes a third of the work, so it is chosen only where a micro-batch would hold
     fewer than ``ROWS_WITHOUT_CHECKPOINTING`` of the longest rows without it.  A function
     of sizes alone (never of the free memory of the moment), so processes that share a
@@ -115,7 +117,8 @@ def plan_update_memory(total: int, resident: int, hidden: int, layers: int, long
                          "use a smaller model, LoRA (model.lora), or more processes with FSDP")
 
     def budget(recompute: bool) -> int:
-        return max(int(ACTIVATION_SHARE * free) // (ACTIVATION_BYTES[recompute] * hidden * layers), 1)
+        per_token = ACTIVATION_BYTES[recompute] * hidden * layers + (0 if recompute else logits_bytes)
+        return max(int(ACTIVATION_SHARE * free) // per_token, 1)
 
     if checkpointing is None:
         checkpointing = budget(False) < ROWS_WITHOUT_CHECKPOINTING * longest_row

@@ -429,7 +429,7 @@ class Trainer:
             planned, chosen = plan_update_memory(
                 total, self._resident_bytes(total), config.hidden_size, config.num_hidden_layers,
                 self.cfg.model.max_prompt_tokens + self.cfg.sampling.max_new_tokens,
-                None if checkpointing == "auto" else checkpointing)
+                None if checkpointing == "auto" else checkpointing, self.policy.kept_logits_bytes())
             tokens, checkpointing = (planned if tokens == "auto" else tokens), chosen
         self.micro_batch_tokens = tokens if isinstance(tokens, int) else None
         if self.cfg.model.gradient_checkpointing == "auto":
