@@ -788,6 +788,28 @@ def test_kept_chunk_logits_train_as_recomputed_ones_with_one_head_pass(tiny_path
     assert not policy.keeps_logits()
 
 
+def test_autocast_casts_the_float32_head_once_for_all_kept_chunks(tiny_path):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", compute_dtype="bfloat16", logits_chunk=3)
+    policy.written_vocab_backward = policy.keep_chunk_logits = True  # what CUDA gets, run here
+    shape = tuple(policy.model.get_output_embeddings().weight.shape)
+    casts = []
+
+    class CastsOfTheHead(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._to_copy.default and tuple(args[0].shape) == shape:
+                casts.append(args[0].dtype)
+            return func(*args, **(kwargs or {}))
+
+    batch = TokenBatch([[5, 6, 7, 8, 9], [9, 10], [11, 12, 13]], [[14, 15, 3], [16], [17, 18, 19, 20]])
+    with CastsOfTheHead():
+        policy(batch).log_probs.sum().backward()  # three chunks, each kept
+    # one bf16 copy of the weights saved for the backward, whatever the chunks (one each, before), and its gradient
+    # cast back
+    assert casts == [torch.float32, torch.bfloat16]
+
+
 @pytest.mark.parametrize("compute_dtype", [None, "bfloat16"])
 def test_the_written_vocabulary_backward_trains_as_autograd_s(tiny_path, compute_dtype):
     policy = HFPolicy.from_pretrained(tiny_path, device="cpu", compute_dtype=compute_dtype, logits_chunk=3)

@@ -497,15 +497,16 @@ class HFPolicy(nn.Module):
         logps, entropies = [], []
         chunks = range(0, max(hidden.shape[0], 1), self.logits_chunk)
         recompute = torch.is_grad_enabled() and len(chunks) > 1 and not self.keeps_logits()
-        for start in chunks:
-            part = (hidden[start : start + self.logits_chunk], targets[start : start + self.logits_chunk])
-            if recompute:
-                logp, ent = torch.utils.checkpoint.checkpoint(self._chunk_scores, head, *part, with_entropy,
-                                                              use_reentrant=False)
-            else:
-                logp, ent = self._chunk_scores(head, *part, with_entropy)
-            logps.append(logp)
-            entropies.append(ent)
+        with self.autocast():  # one region: autocast casts float32 head weights once for all chunks, not per chunk
+            for start in chunks:
+                part = (hidden[start : start + self.logits_chunk], targets[start : start + self.logits_chunk])
+                if recompute:
+                    logp, ent = torch.utils.checkpoint.checkpoint(self._chunk_scores, head, *part, with_entropy,
+                                                                  use_reentrant=False)
+                else:
+                    logp, ent = self._chunk_scores(head, *part, with_entropy)
+                logps.append(logp)
+                entropies.append(ent)
         return torch.cat(logps), (torch.cat(entropies) if with_entropy else None)
 
     def keeps_logits(self) -> bool:
