@@ -688,7 +688,7 @@ def iteration_worker(args: argparse.Namespace) -> dict:
                           decoder=trainer.scorer.resolved_decoder(),
                           rollout_dtype=trainer.scorer.rollout_dtype, micro_batch_tokens=trainer.micro_batch_tokens,
                           gradient_checkpointing=trainer.policy.gradient_checkpointing,
-                          train_on_copy=trainer.policy.train_on_copy,
+                          train_on_copy=trainer.policy.train_on_copy, keeps_logits=trainer.policy.keeps_logits(),
                           reference_dtype=None if trainer.reference is None else
                           str(next(trainer.reference.parameters()).dtype).removeprefix("torch."))
             save(f"trainer ready, card {report['card']['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s")
@@ -943,7 +943,9 @@ def render_section(result: dict | None, profile_file: str = "gpu_check_profile.j
                       f", {label} {hf[key]}" for key, label in (
                           ("rollout_dtype", "rollout weights"), ("micro_batch_tokens", "tokens per micro-batch"),
                           ("gradient_checkpointing", "gradient checkpointing"),
-                          ("train_on_copy", "the update on the rollout weights"), ("reference_dtype", "reference weights"))
+                          ("train_on_copy", "the update on the rollout weights"),
+                          ("keeps_logits", "the LM head's logits kept for the backward"),
+                          ("reference_dtype", "reference weights"))
                       if key in hf) + ".", ""]
     installed = hf.get("versions", {}).get("transformers")
     if installed:
