@@ -14,12 +14,14 @@ keeps what it had measured):
 1. ``model``: a Qwen2.5-1.5B-shaped model with random weights, written to a temporary
    folder and loaded from there as a local model is (``bench_train_scale.random_weights_model``);
 2. ``iteration-hf``: ``configs/alfworld_qwen2.5_1.5b.yaml`` as it ships (16 groups x 8,
-   history 2, answers up to its 512 tokens, float32 weights under bf16 autocast with bf16
-   rollout weights, micro-batches and checkpointing chosen by the card's memory) with
+   history 2, answers up to its 512 tokens, float32 weights trained through bf16 rollout
+   weights, micro-batches and checkpointing chosen by the card's memory) with
    episodes cut to ``--steps`` (10):
    - the card's own floors first: a bf16 matmul's FLOP/s and a device copy's bytes/s;
    - a few decoding steps of the configured decoder at the recipe's 128 rows, profiled;
    - the decoders (loop, static cache, continuous batching) on those rows, 64 tokens each;
+   - torch.compile's build of the vocabulary's kernels, timed on two rows before the
+     answers' length is chosen;
    - a warm-up iteration of 1-step episodes (CUDA's start, kernel choice, the allocator,
      the advantage loops' compilation), reported apart;
    - the warm iteration, phase by phase: generation (each env step's call timed), env
@@ -68,7 +70,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RECIPE = "alfworld_qwen2.5_1.5b"
 #: Seconds each step may take at most (less when the budget is nearly spent).
-LIMITS = {"model": 60, "iteration-hf": 240, "iteration-vllm": 150, "same-seed": 90, "tests-cuda": 60}
+LIMITS = {"model": 60, "iteration-hf": 240, "iteration-vllm": 150, "same-seed": 120, "tests-cuda": 60}
 CUDA_TESTS = ("tests/test_vllm_backend.py",)
 DISTRIBUTED_TESTS = ("tests/test_distributed.py",)  # gloo on CPUs: CI runs them; the check does not
 #: The tiny model's size in the same-seed runs and the dry run (algos/policies/tiny.py).
@@ -490,6 +492,29 @@ def recipe_prompts(trainer, cfg) -> list[list[int]]:
     return [trainer.scorer.encode_prompt(prompt) for prompt, _ in demos[:rows]]
 
 
+def compile_vocabulary(trainer, prompts: list[list[int]]) -> float:
+    """Seconds torch.compile takes to build the vocabulary's kernels (``HFPolicy.compiled_vocab``): the scoring
+    pass's and the update's, as its loss asks for them.  Spent here, before the decoding pace sets the answers'
+    length, not inside the warm-up's update.  Shapes are dynamic, so two short rows build what every batch runs."""
+    import torch
+
+    from gigpo_gym.algos.policies.base import TokenBatch
+
+    policy = trainer.policy
+    if not policy.compiled_vocab:
+        return 0.0
+    t0 = time.perf_counter()
+    batch = TokenBatch(prompts[:2], [p[:8] for p in prompts[:2]])
+    with torch.no_grad():
+        policy(batch)
+    scores = policy(batch, with_entropy=trainer.weights.entropy_coef > 0)
+    loss = scores.log_probs.sum() + (scores.entropy.sum() if scores.entropy is not None else 0.0)
+    loss.backward()
+    trainer.optimizer.zero_grad(set_to_none=True)
+    sync(trainer.device)
+    return time.perf_counter() - t0
+
+
 def fitting_answer(decoding: dict, args: argparse.Namespace, deadline: float) -> int:
     """The longest answer (up to ``--max-new-tokens``) whose decoding in the warm-up and the warm iteration
     (``--steps`` + 1 generate calls) takes at most half the time left: the updates, the profile, the decoders'
@@ -520,6 +545,8 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, groups: i
     keeps = policy.keeps_logits()
     if keeps:  # the head's second pass in the backward, against its kept logits
         variants["the LM head run again in the backward"] = setting(policy, "keep_chunk_logits", False)
+    if policy.compiled_vocab:  # the vocabulary's passes as eager kernels over float32 copies
+        variants["the vocabulary's scores eager, not compiled"] = setting(policy, "compiled_vocab", False)
     written = policy.written_vocab_backward
     variants[f"the vocabulary's gradient by {'autograd' if written else 'its closed form'}"
              f"{' (so the head runs again in the backward)' if keeps else ''}"] = setting(
@@ -689,6 +716,7 @@ def iteration_worker(args: argparse.Namespace) -> dict:
                           rollout_dtype=trainer.scorer.rollout_dtype, micro_batch_tokens=trainer.micro_batch_tokens,
                           gradient_checkpointing=trainer.policy.gradient_checkpointing,
                           train_on_copy=trainer.policy.train_on_copy, keeps_logits=trainer.policy.keeps_logits(),
+                          compiled_vocab=trainer.policy.compiled_vocab,
                           reference_dtype=None if trainer.reference is None else
                           str(next(trainer.reference.parameters()).dtype).removeprefix("torch."))
             save(f"trainer ready, card {report['card']['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s")
@@ -702,6 +730,7 @@ def iteration_worker(args: argparse.Namespace) -> dict:
                     save("decoders compared")
                 else:
                     report["left_out"].append("the decoders' comparison: too little time left")
+                report["compile_s"] = compile_vocabulary(trainer, prompts)  # its time is spent before the pace
                 answer = fitting_answer(report["decoding"], args, deadline)
                 if answer < cfg.sampling.max_new_tokens:
                     report["left_out"].append(f"answers cut from {cfg.sampling.max_new_tokens} to {answer} tokens: at "
@@ -945,6 +974,7 @@ def render_section(result: dict | None, profile_file: str = "gpu_check_profile.j
                           ("gradient_checkpointing", "gradient checkpointing"),
                           ("train_on_copy", "the update on the rollout weights"),
                           ("keeps_logits", "the LM head's logits kept for the backward"),
+                          ("compiled_vocab", "the vocabulary's scores compiled"),
                           ("reference_dtype", "reference weights"))
                       if key in hf) + ".", ""]
     installed = hf.get("versions", {}).get("transformers")
@@ -971,6 +1001,8 @@ def render_section(result: dict | None, profile_file: str = "gpu_check_profile.j
         lines.append(f"- Decoding, {dec['rows']} rows: prefill {dec['prefill_s']:.2f} s, then {1e3 * dec['step_s']:.1f} "
                      f"ms a step{busy}" + (f"; top operators {window}: {ops}" if ops else "")
                      + (f"; on the host: {host}" if host else ""))
+    if hf.get("compile_s"):
+        lines.append(f"- torch.compile built the vocabulary's kernels in {hf['compile_s']:.1f} s, before the iterations")
     for key, label in (("warm_up", "Warm-up (iteration 1)"), ("warm", "Warm (iteration 2)")):
         if key in hf:
             lines.append(f"- {iteration_line(label, hf[key])}")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -204,21 +205,26 @@ def test_a_padded_tokenizer_encodes_as_before_and_decodes_every_id():
     assert all(padded.decode([i]) for i in range(2000))  # every id a random model samples has a text
 
 
-def test_the_variants_time_the_update_on_the_float32_weights_and_restore_the_copy(tmp_path):
+def copy_trainer(tmp_path):
+    """A CPU trainer of the tiny model that trains on a bf16 rollout copy, as CUDA runs do."""
     from helpers_fake import CORRIDOR_ID
 
     from gigpo_gym.algos.training.config import load_config
-    from gigpo_gym.algos.training.rollout import collect
     from gigpo_gym.algos.training.trainer import Trainer
-    from gigpo_gym.core.env import derive_seed
 
-    gpu_check = load("gpu_check")
-    cfg = load_config(None, [
+    return Trainer(load_config(None, [
         f"env.id={CORRIDOR_ID}", "env.num_groups=2", "env.group_size=2", "env.eval_episodes=0", "progress=false",
         "sampling.max_new_tokens=4", "model.device=cpu", "model.tiny.corpus_episodes=2", "model.tiny.vocab_size=300",
         "model.tiny.hidden_size=32", "model.tiny.intermediate_size=64", "model.compute_dtype=bfloat16",
-        "model.rollout_dtype=bfloat16", "model.train_on_copy=true", f"run_dir={tmp_path / 'run'}"])
-    with Trainer(cfg) as t:
+        "model.rollout_dtype=bfloat16", "model.train_on_copy=true", f"run_dir={tmp_path / 'run'}"]))
+
+
+def test_the_variants_time_the_update_on_the_float32_weights_and_restore_the_copy(tmp_path):
+    from gigpo_gym.algos.training.rollout import collect
+    from gigpo_gym.core.env import derive_seed
+
+    gpu_check = load("gpu_check")
+    with copy_trainer(tmp_path) as t:
         t.prepare()
         t.freeze_reference()
         rollout = collect(t.actor, t.envs, t.sampling(1), seed=derive_seed(0, 1), shaping=t.shaping)
@@ -227,3 +233,16 @@ def test_the_variants_time_the_update_on_the_float32_weights_and_restore_the_cop
     off = timed["the update on the float32 weights under autocast"]
     assert isinstance(off, dict) and off["rows"] == timed["as configured"]["rows"] > 0 and off["forward_backward_s"] > 0
     assert all(isinstance(v, dict) for k, v in timed.items() if not k.startswith("Liger")), timed
+
+
+@pytest.mark.slow  # torch.compile builds the kernels with the C++ compiler
+def test_the_vocabulary_s_kernels_are_compiled_before_the_iterations_and_leave_no_gradient(tmp_path):
+    gpu_check = load("gpu_check")
+    with copy_trainer(tmp_path) as t:
+        t.prepare()
+        assert gpu_check.compile_vocabulary(t, [[5, 6, 7], [8, 9]]) == 0.0  # eager on a CPU: nothing to build
+        t.policy.compiled_vocab = t.policy.written_vocab_backward = True  # what CUDA gets, run here
+        before = [p.detach().clone() for p in t.policy.parameters()]
+        assert gpu_check.compile_vocabulary(t, [[5, 6, 7, 10, 11], [8, 9, 12]]) > 0
+        assert all(p.grad is None for p in t.policy.parameters()) and not t.optimizer.state
+        assert all(torch.equal(p, b) for p, b in zip(t.policy.parameters(), before))

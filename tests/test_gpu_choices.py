@@ -810,6 +810,68 @@ def test_autocast_casts_the_float32_head_once_for_all_kept_chunks(tiny_path):
     assert casts == [torch.float32, torch.bfloat16]
 
 
+@pytest.mark.slow  # torch.compile builds its kernels with the C++ compiler: about 15 s
+def test_the_compiled_vocabulary_scores_match_the_eager_ones(tiny_path):
+    import warnings
+
+    warnings.filterwarnings("error", message="torch.compile failed")  # no fallback to eager here
+    generator = torch.Generator().manual_seed(0)
+    for n in (7, 5):  # chunks differ in length: one graph serves both
+        logits = (3 * torch.randn(n, 300, generator=generator)).bfloat16()
+        targets = torch.randint(0, 300, (n,), generator=generator)
+        weights = torch.randn(2, n, generator=generator)
+
+        def scored(compiled: bool):
+            x = logits.clone().requires_grad_()
+            logp, entropy = vocab_scores(x, targets, True, compiled)
+            ((logp * weights[0]).sum() + (entropy * weights[1]).sum()).backward()
+            return logp, entropy, x.grad
+
+        for eager, compiled in zip(scored(False), scored(True)):
+            torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+    # through a policy, as CUDA runs it: the scoring pass and the update's written backward both compiled
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", compute_dtype="bfloat16", logits_chunk=3)
+    policy.written_vocab_backward = True
+    batch = TokenBatch([[5, 6, 7, 8, 9], [9, 10]], [[14, 15, 3], [16, 17]])
+
+    def through_policy(compiled: bool):
+        policy.compiled_vocab = compiled
+        policy.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            old = policy(batch).log_probs
+        scores = policy(batch, with_entropy=True)
+        (scores.log_probs.sum() + 0.1 * scores.entropy.sum()).backward()
+        return [old, scores.log_probs, scores.entropy] + [p.grad for p in policy.parameters()]
+
+    eager, compiled = through_policy(False), through_policy(True)
+    for a, b in zip(eager[:3], compiled[:3]):  # the old log-probs, the loss's log-probs and entropies
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    for a, b in zip(eager[3:], compiled[3:]):  # the gradients, through bf16 logits' gradient: to its rounding
+        torch.testing.assert_close(b, a, rtol=2e-2, atol=1e-4)
+
+
+def test_a_failing_compiler_leaves_the_vocabulary_scores_eager_with_one_warning(monkeypatch):
+    from gigpo_gym.algos.policies import vocab_scores as module
+
+    def broken(fn):
+        def compiled(*args):
+            raise torch._dynamo.exc.BackendCompilerFailed(fn, RuntimeError("no working Triton"), None)
+        return compiled
+
+    monkeypatch.setattr(module, "_compiled", broken)
+    monkeypatch.setattr(module, "_COMPILER_FAILED", False)
+    logits, targets = torch.randn(4, 50).bfloat16(), torch.tensor([1, 2, 3, 4])
+    with pytest.warns(UserWarning, match="torch.compile failed on the vocabulary's scores; they run eager"):
+        first = module.run_compiled(forward_scores, True, logits, targets, True)
+    eager = forward_scores(logits, targets, True)
+    assert all(torch.equal(a, b) for a, b in zip(first, eager))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once: later calls go eager without trying again
+        module.run_compiled(forward_scores, True, logits, targets, True)
+
+
 @pytest.mark.parametrize("compute_dtype", [None, "bfloat16"])
 def test_the_written_vocabulary_backward_trains_as_autograd_s(tiny_path, compute_dtype):
     policy = HFPolicy.from_pretrained(tiny_path, device="cpu", compute_dtype=compute_dtype, logits_chunk=3)

@@ -25,7 +25,7 @@ from torch import nn
 
 from gigpo_gym.algos.policies import choice, decode
 from gigpo_gym.algos.policies.quiet import quiet_libraries
-from gigpo_gym.algos.policies.vocab_scores import forward_scores, vocab_scores
+from gigpo_gym.algos.policies.vocab_scores import forward_scores, run_compiled, vocab_scores
 from gigpo_gym.algos.policies.base import (
     ATTENTION, CHAT_CONTEXT, DECODERS, ChoiceBatch, Generation, SamplingParams, TokenBatch, TokenRows, TokenScores,
 )
@@ -107,6 +107,9 @@ class HFPolicy(nn.Module):
         #: Under that written backward and without checkpointing, the LM head's chunks keep their logits (in the
         #: compute dtype: all the written backward needs) instead of running again in the backward.  CUDA only.
         self.keep_chunk_logits = self.device.type == "cuda"
+        #: The vocabulary's log-softmax, entropy and written gradient compiled (``run_compiled``): a chunk's bf16
+        #: logits read once or twice, no float32 copies.  CUDA only; autograd's own path stays eager.
+        self.compiled_vocab = self.device.type == "cuda"
         weights = next(k for k, v in _DTYPES.items() if v == next(model.parameters()).dtype)
         #: The dtype of the copy of the weights that samples free text (None: the trained weights, under autocast).
         self.rollout_dtype = rollout_weights_dtype(rollout_dtype, self.device, weights, compute_dtype)
@@ -523,9 +526,10 @@ class HFPolicy(nn.Module):
     def _chunk_scores(self, head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
         with self.autocast():
             logits = head(hidden)
-        if self.written_vocab_backward and torch.is_grad_enabled():
-            return vocab_scores(logits, targets, with_entropy)
-        logp, entropy, _ = forward_scores(logits, targets, with_entropy)
+        if torch.is_grad_enabled() and self.written_vocab_backward:
+            return vocab_scores(logits, targets, with_entropy, self.compiled_vocab)
+        compiled = self.compiled_vocab and not torch.is_grad_enabled()  # autograd's own backward stays eager
+        logp, entropy, _ = run_compiled(forward_scores, compiled, logits, targets, with_entropy)
         return logp, entropy
 
     def values(self, batch: TokenBatch) -> torch.Tensor:
