@@ -107,8 +107,8 @@ class HFPolicy(nn.Module):
         #: Under that written backward and without checkpointing, the LM head's chunks keep their logits (in the
         #: compute dtype: all the written backward needs) instead of running again in the backward.  CUDA only.
         self.keep_chunk_logits = self.device.type == "cuda"
-        #: The vocabulary's log-softmax, entropy and written gradient compiled (``run_compiled``): a chunk's bf16
-        #: logits read once or twice, no float32 copies.  CUDA only; autograd's own path stays eager.
+        #: The vocabulary's log-softmax, entropy and written gradient compiled (``run_compiled``): a few fused
+        #: kernels over a chunk's bf16 logits, not passes over float32 copies.  CUDA only; autograd's path stays eager.
         self.compiled_vocab = self.device.type == "cuda"
         weights = next(k for k, v in _DTYPES.items() if v == next(model.parameters()).dtype)
         #: The dtype of the copy of the weights that samples free text (None: the trained weights, under autocast).

@@ -15,8 +15,8 @@ and training see the same log-probs bit for bit; only the gradient's rounding di
 
 Eager, each step is a kernel over a float32 ``[positions, vocabulary]`` tensor: the cast,
 the max, the shifted exponent, the sum, and in the backward as many again.  Compiled
-(``run_compiled``, torch.compile), a chunk's bf16 logits are read once or twice and
-the float32 copies never exist.  A compiler that fails (no working Triton or C compiler)
+(``run_compiled``, torch.compile), those passes fuse into a few kernels that read the
+bf16 logits rather than float32 copies of them (not yet timed on a GPU).  A compiler that fails (no working Triton or C compiler)
 leaves the eager functions, with one warning.
 """
 
