@@ -236,13 +236,26 @@ def test_the_variants_time_the_update_on_the_float32_weights_and_restore_the_cop
 
 
 @pytest.mark.slow  # torch.compile builds the kernels with the C++ compiler
-def test_the_vocabulary_s_kernels_are_compiled_before_the_iterations_and_leave_no_gradient(tmp_path):
+def test_every_cuda_choice_on_a_cpu_compiles_first_and_runs_each_variant(tmp_path):
+    from gigpo_gym.algos.training.rollout import collect
+    from gigpo_gym.core.env import derive_seed
+
     gpu_check = load("gpu_check")
     with copy_trainer(tmp_path) as t:
         t.prepare()
         assert gpu_check.compile_vocabulary(t, [[5, 6, 7], [8, 9]]) == 0.0  # eager on a CPU: nothing to build
-        t.policy.compiled_vocab = t.policy.written_vocab_backward = True  # what CUDA gets, run here
-        before = [p.detach().clone() for p in t.policy.parameters()]
+        p = t.policy
+        p.compiled_vocab = p.written_vocab_backward = p.keep_chunk_logits = True  # what CUDA gets, run here
+        p.logits_chunk = 2  # several chunks a micro-batch: kept, or run again in a variant
+        before = [q.detach().clone() for q in p.parameters()]
         assert gpu_check.compile_vocabulary(t, [[5, 6, 7, 10, 11], [8, 9, 12]]) > 0
-        assert all(p.grad is None for p in t.policy.parameters()) and not t.optimizer.state
-        assert all(torch.equal(p, b) for p, b in zip(t.policy.parameters(), before))
+        assert all(q.grad is None for q in p.parameters()) and not t.optimizer.state
+        assert all(torch.equal(q, b) for q, b in zip(p.parameters(), before))
+        t.freeze_reference()
+        rollout = collect(t.actor, t.envs, t.sampling(1), seed=derive_seed(0, 1), shaping=t.shaping)
+        timed = gpu_check.update_variants(t, rollout, 1, deadline=float("inf"), groups=1)
+        assert p.compiled_vocab and p.keeps_logits() and p.train_on_copy  # each change undone
+    for name in ("the LM head run again in the backward", "the vocabulary's scores eager, not compiled",
+                 "the vocabulary's gradient by autograd (so the head runs again in the backward)"):
+        assert isinstance(timed[name], dict) and timed[name]["forward_backward_s"] > 0, (name, timed[name])
+    assert all(isinstance(v, dict) for v in timed.values()), timed
