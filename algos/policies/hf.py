@@ -524,8 +524,7 @@ class HFPolicy(nn.Module):
         return self.model.get_output_embeddings().weight.shape[0] * dtype.itemsize
 
     def _chunk_scores(self, head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
-        with self.autocast():
-            logits = head(hidden)
+        logits = head(hidden)  # under _score_positions' autocast (a checkpoint's recompute restores it)
         if torch.is_grad_enabled() and self.written_vocab_backward:
             return vocab_scores(logits, targets, with_entropy, self.compiled_vocab)
         compiled = self.compiled_vocab and not torch.is_grad_enabled()  # autograd's own backward stays eager

@@ -125,8 +125,8 @@ class UpdateRows:
     targets: torch.Tensor | None
     #: One row of this process's, for the zero-weight micro-batches that keep the processes in step.
     padding_row: np.ndarray
-    #: The scoring pass's time on the device, read with the update's other times (None: nothing scored).
-    scoring_time: DeviceTimer | None = None
+    #: The scoring pass's time on the device, read with the update's other times.
+    scoring_time: DeviceTimer
     #: The reference's share of the scoring pass (the models that scored in it took the same rows, an equal share each).
     reference_share: float = 0.0
 
@@ -493,9 +493,12 @@ class Trainer:
         compute = getattr(self.policy, "compute_dtype", None)
         if compute is None:
             return None
-        weights = str(next(self.policy.parameters()).dtype).removeprefix("torch.")
-        name = rollout_weights_dtype("auto", self.device, weights, compute)
+        name = rollout_weights_dtype("auto", self.device, self._weights_dtype(), compute)
         return None if name is None else getattr(torch, name)
+
+    def _weights_dtype(self) -> str:
+        """The trained weights' dtype as the config names it ("float32")."""
+        return str(next(self.policy.parameters()).dtype).removeprefix("torch.")
 
     def trains_on_copy(self) -> bool:
         """``model.train_on_copy`` resolved: whether the update scores and trains on the rollout copy.
@@ -506,8 +509,7 @@ class Trainer:
         ``auto`` takes it on CUDA wherever it can; a CPU run keeps its numbers.
         """
         m = self.cfg.model
-        copy_dtype = getattr(self.policy, "rollout_dtype", None)
-        weights = str(next(self.policy.parameters()).dtype).removeprefix("torch.")
+        copy_dtype, weights = getattr(self.policy, "rollout_dtype", None), self._weights_dtype()
         why_not = [reason for reason, applies in (
             (f"there is no rollout copy in another dtype than the weights' {weights} (model.rollout_dtype)",
              copy_dtype in (None, weights)),
@@ -722,7 +724,7 @@ class Trainer:
         m["train/padding_share"] = padding_share(used, total)  # of this process's micro-batches
         m["time/optimize_seconds"] = loop_time.seconds()  # forward, backward and the optimiser steps
         m["time/step_seconds"] = step_time.seconds()  # the optimiser steps alone (clipping included)
-        scored = rows.scoring_time.seconds() if rows.scoring_time is not None else 0.0
+        scored = rows.scoring_time.seconds()
         m["time/score_seconds"] = scored  # old log-probs (when recomputed) and the reference's, one pass
         m["time/reference_seconds"] = scored * rows.reference_share
         return m
