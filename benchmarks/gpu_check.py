@@ -20,8 +20,8 @@ keeps what it had measured):
    - the card's own floors first: a bf16 matmul's FLOP/s and a device copy's bytes/s;
    - a few decoding steps of the configured decoder at the recipe's 128 rows, profiled;
    - the decoders (loop, static cache, continuous batching) on those rows, 64 tokens each;
-   - torch.compile's build of the vocabulary's kernels, timed on two rows before the
-     answers' length is chosen;
+   - torch.compile's build of the decoder layers' and the vocabulary's kernels, timed on
+     two rows and one before the answers' length is chosen;
    - a warm-up iteration of 1-step episodes (CUDA's start, kernel choice, the allocator,
      the advantage loops' compilation), reported apart;
    - the warm iteration, phase by phase: generation (each env step's call timed), env
@@ -492,25 +492,30 @@ def recipe_prompts(trainer, cfg) -> list[list[int]]:
     return [trainer.scorer.encode_prompt(prompt) for prompt, _ in demos[:rows]]
 
 
-def compile_vocabulary(trainer, prompts: list[list[int]]) -> float:
-    """Seconds torch.compile takes to build the vocabulary's kernels (``HFPolicy.compiled_vocab``): the scoring
-    pass's and the update's, as its loss asks for them.  Spent here, before the decoding pace sets the answers'
-    length, not inside the warm-up's update.  Shapes are dynamic, so two short rows build what every batch runs."""
+def compile_kernels(trainer, batch) -> float:
+    """Seconds torch.compile takes to build what the update runs compiled (``HFPolicy.compiled_vocab``,
+    ``compiled_layers``): the scoring pass's graphs (the policy's and the reference's) and the loss's, on two of
+    ``batch``'s rows, then on one row with a one-token answer (a size of 1 is a graph of its own).  Spent here,
+    not inside a timed update; nothing else changes (no gradient or optimiser state is left).  Shapes are
+    dynamic, so these build what every micro-batch runs; once built, a call takes milliseconds."""
     import torch
 
     from gigpo_gym.algos.policies.base import TokenBatch
 
     policy = trainer.policy
-    if not policy.compiled_vocab:
+    if not (policy.compiled_vocab or policy.compiled_layers):
         return 0.0
     t0 = time.perf_counter()
-    batch = TokenBatch(prompts[:2], [p[:8] for p in prompts[:2]])
-    with torch.no_grad():
-        policy(batch)
-    scores = policy(batch, with_entropy=trainer.weights.entropy_coef > 0)
-    loss = scores.log_probs.sum() + (scores.entropy.sum() if scores.entropy is not None else 0.0)
-    loss.backward()
-    trainer.optimizer.zero_grad(set_to_none=True)
+    for part in (TokenBatch(batch.prompt_ids[:2], batch.response_ids[:2]),
+                 TokenBatch(batch.prompt_ids[:1], [batch.response_ids[0][:1]])):
+        with torch.no_grad():
+            for scorer in (policy, trainer.reference):
+                if scorer is not None:
+                    scorer(part)
+        scores = policy(part, with_entropy=trainer.weights.entropy_coef > 0)
+        loss = scores.log_probs.sum() + (scores.entropy.sum() if scores.entropy is not None else 0.0)
+        loss.backward()
+        trainer.optimizer.zero_grad(set_to_none=True)
     sync(trainer.device)
     return time.perf_counter() - t0
 
@@ -526,7 +531,8 @@ def fitting_answer(decoding: dict, args: argparse.Namespace, deadline: float) ->
 
 def update_variants(trainer, rollout, iteration: int, deadline: float, groups: int = 2) -> dict:
     """The update of ``rollout``'s first ``groups`` groups, as configured and with one choice changed at a time,
-    while time is left: what each choice costs."""
+    while time is left: what each choice costs.  A choice that runs other compiled graphs builds them first
+    (``compile_kernels``, its seconds reported apart), so the update's time is the kernels' alone."""
     import torch
 
     policy, part = trainer.policy, first_groups(rollout, groups)
@@ -545,6 +551,8 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, groups: i
     keeps = policy.keeps_logits()
     if keeps:  # the head's second pass in the backward, against its kept logits
         variants["the LM head run again in the backward"] = setting(policy, "keep_chunk_logits", False)
+    if policy.compiled_layers:  # the norms, the rotary embedding, SwiGLU and the residual adds as eager kernels
+        variants["the decoder layers eager, not compiled"] = setting(policy, "compiled_layers", False)
     if policy.compiled_vocab:  # the vocabulary's passes as eager kernels over float32 copies
         variants["the vocabulary's scores eager, not compiled"] = setting(policy, "compiled_vocab", False)
     written = policy.written_vocab_backward
@@ -574,8 +582,14 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, groups: i
         variants[f"micro-batches of {trainer.cfg.optim.micro_batch_size} rows"] = setting(
             trainer, "micro_batch_tokens", None)
     if trainer.device.type == "cuda" and importlib.util.find_spec("liger_kernel") is not None:
-        variants["Liger's Triton RMSNorm, RoPE and SwiGLU (last: its patch of transformers stays)"] = (
-            lambda: apply_liger(policy.scoring_model()), lambda: None)
+        layers = policy.compiled_layers
+
+        def liger() -> None:  # its kernels replace what the compiled layers fuse: they run in eager layers
+            apply_liger(policy.scoring_model())
+            policy.compiled_layers = False
+
+        variants["Liger's Triton RMSNorm, RoPE and SwiGLU in eager layers (last: its patch of transformers stays)"] = (
+            liger, lambda: setattr(policy, "compiled_layers", layers))
     out, pace = {}, None
     for name, (change, undo) in variants.items():
         if pace is not None and deadline - time.monotonic() < 1.5 * pace + 5:
@@ -583,6 +597,7 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, groups: i
             continue
         change()
         try:
+            compile_s = compile_kernels(trainer, part.tokens)
             sync(trainer.device)
             t0 = time.perf_counter()
             m = trainer.update(part, iteration)
@@ -590,7 +605,7 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, groups: i
             pace = time.perf_counter() - t0
             out[name] = {"rows": len(part), "update_s": pace, "forward_backward_s": m["time/optimize_seconds"]
                          - m["time/step_seconds"], "scoring_s": m["time/score_seconds"],
-                         "peak_memory_mb": peak_memory_mb(trainer.device)}
+                         "peak_memory_mb": peak_memory_mb(trainer.device), "compile_s": compile_s}
         except Exception as e:  # an out-of-memory variant is a finding, not the end of the check
             out[name] = f"{type(e).__name__}: {e}"[:300]
         finally:
@@ -687,6 +702,7 @@ def iteration_worker(args: argparse.Namespace) -> dict:
     import transformers
 
     from gigpo_gym.algos.cli import resolve_config
+    from gigpo_gym.algos.policies.base import TokenBatch
     from gigpo_gym.algos.training.config import load_config
     from gigpo_gym.algos.training.trainer import Trainer
 
@@ -717,6 +733,7 @@ def iteration_worker(args: argparse.Namespace) -> dict:
                           gradient_checkpointing=trainer.policy.gradient_checkpointing,
                           train_on_copy=trainer.policy.train_on_copy, keeps_logits=trainer.policy.keeps_logits(),
                           compiled_vocab=trainer.policy.compiled_vocab,
+                          compiled_layers=trainer.policy.compiled_layers,
                           reference_dtype=None if trainer.reference is None else
                           str(next(trainer.reference.parameters()).dtype).removeprefix("torch."))
             save(f"trainer ready, card {report['card']['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s")
@@ -730,7 +747,8 @@ def iteration_worker(args: argparse.Namespace) -> dict:
                     save("decoders compared")
                 else:
                     report["left_out"].append("the decoders' comparison: too little time left")
-                report["compile_s"] = compile_vocabulary(trainer, prompts)  # its time is spent before the pace
+                report["compile_s"] = compile_kernels(  # its time is spent before the pace
+                    trainer, TokenBatch(prompts[:2], [p[:8] for p in prompts[:2]]))
                 answer = fitting_answer(report["decoding"], args, deadline)
                 if answer < cfg.sampling.max_new_tokens:
                     report["left_out"].append(f"answers cut from {cfg.sampling.max_new_tokens} to {answer} tokens: at "
@@ -975,6 +993,7 @@ def render_section(result: dict | None, profile_file: str = "gpu_check_profile.j
                           ("train_on_copy", "the update on the rollout weights"),
                           ("keeps_logits", "the LM head's logits kept for the backward"),
                           ("compiled_vocab", "the vocabulary's scores compiled"),
+                          ("compiled_layers", "the decoder layers compiled"),
                           ("reference_dtype", "reference weights"))
                       if key in hf) + ".", ""]
     installed = hf.get("versions", {}).get("transformers")

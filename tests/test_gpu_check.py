@@ -240,22 +240,42 @@ def test_every_cuda_choice_on_a_cpu_compiles_first_and_runs_each_variant(tmp_pat
     from gigpo_gym.algos.training.rollout import collect
     from gigpo_gym.core.env import derive_seed
 
+    from torch._dynamo.utils import counters
+
+    from gigpo_gym.algos.policies.base import TokenBatch
+
     gpu_check = load("gpu_check")
     with copy_trainer(tmp_path) as t:
         t.prepare()
-        assert gpu_check.compile_vocabulary(t, [[5, 6, 7], [8, 9]]) == 0.0  # eager on a CPU: nothing to build
+        rows = TokenBatch([[5, 6, 7, 10, 11], [8, 9, 12]], [[13, 14], [15]])
+        assert gpu_check.compile_kernels(t, rows) == 0.0  # eager on a CPU: nothing to build
         p = t.policy
-        p.compiled_vocab = p.written_vocab_backward = p.keep_chunk_logits = True  # what CUDA gets, run here
+        # what CUDA gets, run here
+        p.compiled_vocab = p.compiled_layers = p.written_vocab_backward = p.keep_chunk_logits = True
         p.logits_chunk = 2  # several chunks a micro-batch: kept, or run again in a variant
-        before = [q.detach().clone() for q in p.parameters()]
-        assert gpu_check.compile_vocabulary(t, [[5, 6, 7, 10, 11], [8, 9, 12]]) > 0
+        t.freeze_reference()
+        before, graphs = [q.detach().clone() for q in p.parameters()], counters["stats"]["unique_graphs"]
+        assert gpu_check.compile_kernels(t, rows) > 0 and counters["stats"]["unique_graphs"] > graphs
         assert all(q.grad is None for q in p.parameters()) and not t.optimizer.state
         assert all(torch.equal(q, b) for q, b in zip(p.parameters(), before))
-        t.freeze_reference()
         rollout = collect(t.actor, t.envs, t.sampling(1), seed=derive_seed(0, 1), shaping=t.shaping)
+        built, update = [], t.update
+
+        def update_counting_graphs(*args, **kwargs):
+            before = counters["stats"]["unique_graphs"]
+            try:
+                return update(*args, **kwargs)
+            finally:
+                built.append(counters["stats"]["unique_graphs"] - before)
+
+        t.update = update_counting_graphs
         timed = gpu_check.update_variants(t, rollout, 1, deadline=float("inf"), groups=1)
-        assert p.compiled_vocab and p.keeps_logits() and p.train_on_copy  # each change undone
+        assert p.compiled_vocab and p.compiled_layers and p.keeps_logits() and p.train_on_copy  # each change undone
     for name in ("the LM head run again in the backward", "the vocabulary's scores eager, not compiled",
+                 "the decoder layers eager, not compiled",
                  "the vocabulary's gradient by autograd (so the head runs again in the backward)"):
         assert isinstance(timed[name], dict) and timed[name]["forward_backward_s"] > 0, (name, timed[name])
     assert all(isinstance(v, dict) for v in timed.values()), timed
+    # every graph a variant runs (the float32 weights under autocast are other graphs) is built before its update's
+    # timer starts, not in it
+    assert len(built) == len(timed) and not any(built), dict(zip(timed, built))

@@ -622,7 +622,7 @@ def test_two_forwards_on_the_copy_before_one_backward_train_as_one(tiny_path):
     policy.train_on_copy = True
     batch = TokenBatch([[5, 6, 7]], [[8, 9]])
     policy(batch).log_probs.sum().backward()
-    once = [p.grad.clone() for p in policy.parameters()]
+    once = [p.grad.clone() for p in policy.parameters() if p.requires_grad]
     policy.zero_grad(set_to_none=True)
     (policy(batch).log_probs.sum() + policy(batch).log_probs.sum()).backward()
     for p, g in zip(policy.parameters(), once):  # the tied embedding's four parts are summed in bf16
@@ -775,7 +775,7 @@ def test_kept_chunk_logits_train_as_recomputed_ones_with_one_head_pass(tiny_path
         head_calls.clear()
         scores = policy(batch, with_entropy=True)  # 8 response tokens in 3 chunks
         (scores.log_probs.sum() + 0.1 * scores.entropy.sum()).backward()
-        return scores, [p.grad.clone() for p in policy.parameters()], len(head_calls)
+        return scores, [p.grad.clone() for p in policy.parameters() if p.requires_grad], len(head_calls)
 
     (kept, kept_grads, kept_calls), (again, again_grads, again_calls) = trained(True), trained(False)
     assert kept_calls == 3 and again_calls == 6  # the head once a chunk, or again in the backward
@@ -851,25 +851,115 @@ def test_the_compiled_vocabulary_scores_match_the_eager_ones(tiny_path):
 
 
 def test_a_failing_compiler_leaves_the_vocabulary_scores_eager_with_one_warning(monkeypatch):
-    from gigpo_gym.algos.policies import vocab_scores as module
+    from gigpo_gym.algos.policies import compiler
 
     def broken(fn):
         def compiled(*args):
             raise torch._dynamo.exc.BackendCompilerFailed(fn, RuntimeError("no working Triton"), None)
         return compiled
 
-    monkeypatch.setattr(module, "_compiled", broken)
-    monkeypatch.setattr(module, "_COMPILER_FAILED", False)
+    monkeypatch.setattr(compiler, "_compiled", broken)
+    monkeypatch.setattr(compiler, "_FAILED", False)
     logits, targets = torch.randn(4, 50).bfloat16(), torch.tensor([1, 2, 3, 4])
-    with pytest.warns(UserWarning, match="torch.compile failed on the vocabulary's scores; they run eager"):
-        first = module.run_compiled(forward_scores, True, logits, targets, True)
+    with pytest.warns(UserWarning, match="torch.compile failed on forward_scores; the compiled parts run eager"):
+        first = compiler.run_compiled(forward_scores, True, logits, targets, True)
     eager = forward_scores(logits, targets, True)
     assert all(torch.equal(a, b) for a, b in zip(first, eager))
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once: later calls go eager without trying again
-        module.run_compiled(forward_scores, True, logits, targets, True)
+        compiler.run_compiled(forward_scores, True, logits, targets, True)
+
+
+def _graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+def _scored_and_trained(policy: HFPolicy, batch: TokenBatch) -> list[torch.Tensor]:
+    """The old log-probs (no gradient), then the loss's log-probs and entropies, then the trained weights' gradients."""
+    policy.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        old = policy(batch).log_probs
+    scores = policy(batch, with_entropy=True)
+    (scores.log_probs.sum() + 0.1 * scores.entropy.sum()).backward()
+    return [old, scores.log_probs, scores.entropy] + [p.grad.clone() for p in policy.parameters() if p.requires_grad]
+
+
+@pytest.mark.slow  # torch.compile builds its kernels with the C++ compiler: about 20 s
+def test_the_compiled_decoder_layers_score_and_train_as_the_eager_ones(tiny_path):
+    import warnings
+
+    warnings.filterwarnings("error", message="torch.compile failed")  # no fallback to eager here
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", logits_chunk=3)
+    assert not policy.compiled_layers  # a CPU run keeps its numbers
+    batch = TokenBatch([[5, 6, 7, 8, 9], [9, 10]], [[14, 15, 3], [16, 17]])
+    eager = _scored_and_trained(policy, batch)
+    policy.compiled_layers = True
+    compiled = _scored_and_trained(policy, batch)
+    for a, b in zip(eager, compiled):  # float32 weights: to float32 rounding
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    layers = policy.model.get_decoder().layers
+    assert all(layer._compiled_call_impl is None for layer in layers)  # compiled for the pass only
+    graphs = _graphs()
+    longer = TokenBatch([[5, 6, 7, 8, 9, 10, 11], [9, 10], [12, 13, 5]], [[14, 15, 3, 4], [16, 17], [3]])
+    _scored_and_trained(policy, longer)
+    assert _graphs() == graphs  # other batch sizes and lengths: the same graphs, no recompile per micro-batch
+    # the update as CUDA runs it: on the bf16 copy, whose gradients reach the float32 weights through hooks
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", compute_dtype="bfloat16", rollout_dtype="bfloat16",
+                                      logits_chunk=3)
+    policy.train_on_copy = True
+    eager = _scored_and_trained(policy, batch)
+    policy.compiled_layers = True
+    compiled = _scored_and_trained(policy, batch)
+    for a, b in zip(eager, compiled):  # bf16 kernels fused differently: to bf16 rounding
+        assert b.dtype == a.dtype
+        torch.testing.assert_close(b, a, rtol=5e-2, atol=5e-2 * float(a.abs().max()))
+
+
+def test_decoder_layers_stay_eager_where_the_backward_recomputes_them(tiny_path, monkeypatch):
+    from gigpo_gym.algos.policies import compiler
+
+    def no_compile():
+        raise AssertionError("compiled under gradient checkpointing")
+
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", gradient_checkpointing=True, logits_chunk=3)
+    batch = TokenBatch([[5, 6, 7, 8, 9], [9, 10]], [[14, 15, 3], [16, 17]])
+    policy.model.train()
+    scores = policy(batch)
+    scores.log_probs.sum().backward()
+    eager = [p.grad.clone() for p in policy.parameters() if p.requires_grad]
+    policy.zero_grad(set_to_none=True)
+    policy.compiled_layers = True
+    monkeypatch.setattr(compiler, "_compiled_module_call", no_compile)
+    again = policy(batch)  # a compiled forward would meet an eager recompute in the backward
+    again.log_probs.sum().backward()
+    assert torch.equal(again.log_probs, scores.log_probs)
+    assert all(torch.equal(p.grad, g) for p, g in zip(policy.parameters(), eager))
+
+
+def test_a_failing_compiler_leaves_the_decoder_layers_eager_with_one_warning(tiny_path, monkeypatch):
+    from gigpo_gym.algos.policies import compiler
+
+    def broken(layer, *args, **kwargs):
+        raise torch._dynamo.exc.BackendCompilerFailed(broken, RuntimeError("no working C compiler"), None)
+
+    monkeypatch.setattr(compiler, "_compiled_module_call", lambda: broken)
+    monkeypatch.setattr(compiler, "_FAILED", False)
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", logits_chunk=3)
+    batch = TokenBatch([[5, 6, 7, 8, 9], [9, 10]], [[14, 15, 3], [16, 17]])
+    eager = policy(batch).log_probs
+    policy.compiled_layers = True
+    with pytest.warns(UserWarning, match="torch.compile failed on Qwen2DecoderLayer; the compiled parts run eager"):
+        assert torch.equal(policy(batch).log_probs, eager)
+    assert all(layer._compiled_call_impl is None for layer in policy.model.get_decoder().layers)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once: later passes go eager without trying again
+        assert torch.equal(policy(batch).log_probs, eager)
 
 
 @pytest.mark.parametrize("compute_dtype", [None, "bfloat16"])

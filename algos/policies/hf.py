@@ -25,7 +25,8 @@ from torch import nn
 
 from gigpo_gym.algos.policies import choice, decode
 from gigpo_gym.algos.policies.quiet import quiet_libraries
-from gigpo_gym.algos.policies.vocab_scores import forward_scores, run_compiled, vocab_scores
+from gigpo_gym.algos.policies.compiler import run_compiled, run_decoder
+from gigpo_gym.algos.policies.vocab_scores import forward_scores, vocab_scores
 from gigpo_gym.algos.policies.base import (
     ATTENTION, CHAT_CONTEXT, DECODERS, ChoiceBatch, Generation, SamplingParams, TokenBatch, TokenRows, TokenScores,
 )
@@ -110,6 +111,10 @@ class HFPolicy(nn.Module):
         #: The vocabulary's log-softmax, entropy and written gradient compiled (``run_compiled``): a few fused
         #: kernels over a chunk's bf16 logits, not passes over float32 copies.  CUDA only; autograd's path stays eager.
         self.compiled_vocab = self.device.type == "cuda"
+        #: The decoder layers of a scoring pass compiled (``compiler.run_decoder``): the norms, the rotary embedding,
+        #: SwiGLU and the residual adds fused between the matmuls.  CUDA only (the trainer turns it off where several
+        #: processes wrap the model); eager under gradient checkpointing, whose backward recomputes the layers eager.
+        self.compiled_layers = self.device.type == "cuda"
         weights = next(k for k, v in _DTYPES.items() if v == next(model.parameters()).dtype)
         #: The dtype of the copy of the weights that samples free text (None: the trained weights, under autocast).
         self.rollout_dtype = rollout_weights_dtype(rollout_dtype, self.device, weights, compute_dtype)
@@ -451,8 +456,10 @@ class HFPolicy(nn.Module):
         ids, width = packed.ids, packed.ids.shape[1]
         positions = torch.arange(width, device=self.device)[None, :].expand(len(packed), -1)
         model = self.scoring_model()
+        compiled = self.compiled_layers and not (torch.is_grad_enabled() and self.gradient_checkpointing)
         with self.compute() if model is self.model else sdpa_backends(self.device), causal_attention(model):
-            hidden = model.get_decoder()(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state
+            hidden = run_decoder(model.get_decoder(), compiled, input_ids=ids, position_ids=positions,
+                                 use_cache=False).last_hidden_state
         # the hidden state at (prompt_len + j - 1) predicts response token j
         max_resp = max(int(resp_lens.max()), 1)
         mask = torch.arange(max_resp)[None, :] < resp_lens[:, None]

@@ -15,18 +15,15 @@ and training see the same log-probs bit for bit; only the gradient's rounding di
 
 Eager, each step is a kernel over a float32 ``[positions, vocabulary]`` tensor: the cast,
 the max, the shifted exponent, the sum, and in the backward as many again.  Compiled
-(``run_compiled``, torch.compile), those passes fuse into a few kernels that read the
-bf16 logits rather than float32 copies of them (not yet timed on a GPU).  A compiler that fails (no working Triton or C compiler)
-leaves the eager functions, with one warning.
+(``compiler.run_compiled``), those passes fuse into a few kernels that read the bf16
+logits rather than float32 copies of them (not yet timed on a GPU).
 """
 
 from __future__ import annotations
 
-import functools
-import warnings
-from typing import Callable
-
 import torch
+
+from gigpo_gym.algos.policies.compiler import run_compiled
 
 
 def vocab_scores(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool,
@@ -34,27 +31,6 @@ def vocab_scores(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool
     """``(log-prob of targets, entropy)`` of each row of ``logits`` (``[n, vocab]``), as autograd's path computes
     them; the entropy is an empty tensor without ``with_entropy``.  Differentiable in ``logits``."""
     return _VocabScores.apply(logits, targets, with_entropy, compiled)
-
-
-def run_compiled(fn: Callable, compiled: bool, *args):
-    """``fn(*args)``, through its compiled form where ``compiled`` and the compiler works here."""
-    global _COMPILER_FAILED
-    if compiled and not _COMPILER_FAILED:
-        try:
-            return _compiled(fn)(*args)
-        except torch._dynamo.exc.BackendCompilerFailed as error:
-            _COMPILER_FAILED = True
-            warnings.warn(f"torch.compile failed on the vocabulary's scores; they run eager: {error}"[:500],
-                          stacklevel=2)
-    return fn(*args)
-
-
-_COMPILER_FAILED = False
-
-
-@functools.cache
-def _compiled(fn: Callable) -> Callable:
-    return torch.compile(fn, dynamic=True)  # chunks differ in length: one graph for all
 
 
 def forward_scores(logits: torch.Tensor, targets: torch.Tensor,

@@ -175,6 +175,8 @@ class Trainer:
         self.device = self.policy.device
         if hasattr(self.policy, "train_on_copy"):
             self.policy.train_on_copy = self.trains_on_copy()
+        if self.parallel.world > 1 and hasattr(self.policy, "compiled_layers"):
+            self.policy.compiled_layers = False  # DDP's and FSDP's wrappers: not compiled through, and not tested
         self.run_dir.mkdir(parents=True, exist_ok=True)  # after the last refusal of the config
         o = cfg.optim
         self.weights = o.loss_weights(self.algo)

@@ -1,0 +1,97 @@
+"""torch.compile for the policy's elementwise work, and eager wherever the compiler fails.
+
+Between the matmuls of a decoder layer sit kernels that each read and write a whole
+activation: RMSNorm's float32 steps, the rotary embedding, SwiGLU's ``silu(gate) * up``,
+the residual adds (and their backwards).  On an H200 (2026-12-04) the update's
+multiplications, copies, adds and fills together took about as much device time as its
+matmuls.  Compiled, each run of them fuses into a kernel or two.
+
+Two things compile, each with ``dynamic=True`` so one graph serves every batch and length:
+
+- a chunk of the vocabulary's log-softmax, entropy and written gradient (``run_compiled``);
+- each decoder layer of a scoring pass (``run_decoder``), one graph shared by all the
+  layers.  Only the pass itself runs compiled: decoding (its CUDA graph) keeps the eager
+  layers.
+
+A compiler that fails (no working Triton or C compiler) leaves everything eager from then
+on, with one warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.fx.experimental import _config as shapes_config
+
+_FAILED = False
+
+
+def run_compiled(fn: Callable, compiled: bool, *args):
+    """``fn(*args)``, through its compiled form where ``compiled`` and the compiler works here."""
+    if compiled and not _FAILED:
+        try:
+            with _sizes_apart():
+                return _compiled(fn)(*args)
+        except torch._dynamo.exc.BackendCompilerFailed as error:
+            _eager_from_now(error, fn.__name__)
+    return fn(*args)
+
+
+def run_decoder(decoder: nn.Module, compiled: bool, **inputs: Any) -> Any:
+    """``decoder(**inputs)`` with each of its layers compiled where ``compiled`` and the compiler works here.
+
+    The layers compile only for this call: outside it (decoding, a checkpoint's recompute
+    after it) they are eager.  So a backward that recomputes layers (gradient
+    checkpointing) must not ask for compiled ones.
+    """
+    layers = getattr(decoder, "layers", None)
+    if compiled and not _FAILED and isinstance(layers, nn.ModuleList) and len(layers):
+        try:
+            with _layers_compiled(layers), _sizes_apart():
+                return decoder(**inputs)
+        except torch._dynamo.exc.BackendCompilerFailed as error:
+            _eager_from_now(error, type(layers[0]).__name__)
+    return decoder(**inputs)
+
+
+def _eager_from_now(error: Exception, what: str) -> None:
+    global _FAILED
+    _FAILED = True
+    warnings.warn(f"torch.compile failed on {what}; the compiled parts run eager from now on: {error}"[:500],
+                  stacklevel=3)
+
+
+def _sizes_apart():
+    """Compile without duck sizing: a length or batch that happens to equal a static size (the head dim, the
+    key/value heads) is not assumed equal to it, so the graph stays dynamic in it instead of being specialised to
+    that value and compiled again at the next micro-batch."""
+    return shapes_config.patch(use_duck_shape=False)
+
+
+@functools.cache
+def _compiled(fn: Callable) -> Callable:
+    return torch.compile(fn, dynamic=True)  # chunks differ in length: one graph for all
+
+
+@functools.cache
+def _compiled_module_call() -> Callable:
+    """A module's call, compiled once for every layer: the layers share their code, and dynamo their graph."""
+    return torch.compile(nn.Module._call_impl, dynamic=True)
+
+
+@contextlib.contextmanager
+def _layers_compiled(layers: nn.ModuleList):
+    """Each layer's call through ``_compiled_module_call`` (torch's slot for ``Module.compile``), then eager again."""
+    call = _compiled_module_call()
+    for layer in layers:
+        layer._compiled_call_impl = functools.partial(call, layer)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer._compiled_call_impl = None
