@@ -35,7 +35,7 @@ def run_compiled(fn: Callable, compiled: bool, *args):
     """``fn(*args)``, through its compiled form where ``compiled`` and the compiler works here."""
     if compiled and not _FAILED:
         try:
-            with _sizes_apart():
+            with _compile_settings():
                 return _compiled(fn)(*args)
         except torch._dynamo.exc.BackendCompilerFailed as error:
             _eager_from_now(error, fn.__name__)
@@ -52,7 +52,7 @@ def run_decoder(decoder: nn.Module, compiled: bool, **inputs: Any) -> Any:
     layers = getattr(decoder, "layers", None)
     if compiled and not _FAILED and isinstance(layers, nn.ModuleList) and len(layers):
         try:
-            with _layers_compiled(layers), _sizes_apart():
+            with _layers_compiled(layers), _compile_settings():
                 return decoder(**inputs)
         except torch._dynamo.exc.BackendCompilerFailed as error:
             _eager_from_now(error, type(layers[0]).__name__)
@@ -66,11 +66,20 @@ def _eager_from_now(error: Exception, what: str) -> None:
                   stacklevel=3)
 
 
-def _sizes_apart():
-    """Compile without duck sizing: a length or batch that happens to equal a static size (the head dim, the
-    key/value heads) is not assumed equal to it, so the graph stays dynamic in it instead of being specialised to
-    that value and compiled again at the next micro-batch."""
-    return shapes_config.patch(use_duck_shape=False)
+@contextlib.contextmanager
+def _compile_settings():
+    """What a compile started here runs under.
+
+    - No duck sizing: a length or batch that happens to equal a static size (the head dim,
+      the key/value heads) is not assumed equal to it, so the graph stays dynamic in it
+      instead of being specialised to that value and compiled again at the next micro-batch.
+    - Room for 32 graphs of one function, not dynamo's 8: the layers' call has one per
+      dtype, gradient mode, train or eval mode, and batch of one row or more (the policy's
+      and the reference's passes and the update take six; the check's variants more).
+      Past the limit dynamo would run the layers eager, silently slower.
+    """
+    with shapes_config.patch(use_duck_shape=False), torch._dynamo.config.patch(recompile_limit=32):
+        yield
 
 
 @functools.cache
