@@ -69,7 +69,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RECIPE = "alfworld_qwen2.5_1.5b"
-#: Seconds each step may take at most (less when the budget is nearly spent).
+#: Seconds each step may take (less when the budget is nearly spent; an iteration more where it has room: ``step_end``).
 LIMITS = {"model": 60, "iteration-hf": 240, "iteration-vllm": 150, "same-seed": 120, "tests-cuda": 60}
 CUDA_TESTS = ("tests/test_vllm_backend.py",)
 DISTRIBUTED_TESTS = ("tests/test_distributed.py",)  # gloo on CPUs: CI runs them; the check does not
@@ -1074,6 +1074,20 @@ def write_section(path: Path, section: str) -> None:
     path.write_text(text.rstrip("\n") + "\n")
 
 
+def step_end(name: str, args: argparse.Namespace, started: float, deadline: float) -> float:
+    """When step ``name``, started at ``started``, must stop: at its own limit (``LIMITS``), or for an iteration at
+    whatever the budget leaves after the limits of the steps still to run, if later.  So a larger ``--budget-s``
+    buys the recipe's iteration its full answers and time for the variants.  A dry run (a CPU is slow) limits only
+    the whole run."""
+    if args.dry_run:
+        return deadline
+    end = started + LIMITS[name]
+    if name.startswith("iteration-"):
+        later = list(LIMITS)[list(LIMITS).index(name) + 1 :]
+        end = max(end, deadline - sum(LIMITS[step] for step in later if step not in args.skip))
+    return min(deadline, end)
+
+
 def vllm_problem() -> str | None:
     """Why the vLLM backend cannot run here (the trainer's own check), or None."""
     from gigpo_gym.algos.policies.vllm import BackendUnavailable, check_vllm
@@ -1166,7 +1180,7 @@ def main() -> int:
         args.model_dir = None if args.dry_run else model_dir
         for name in LIMITS:
             started = time.monotonic()
-            step_deadline = deadline if args.dry_run else min(deadline, started + LIMITS[name])  # a CPU is slow
+            step_deadline = step_end(name, args, started, deadline)
             if name in args.skip:
                 r = {"status": "skipped", "reason": "--skip"}
             elif step_deadline - started < 30:

@@ -76,6 +76,20 @@ def gpu_check_module():
     return load("gpu_check")
 
 
+def test_the_iteration_takes_what_the_budget_leaves_the_steps_after_it():
+    import argparse
+
+    gpu_check = load("gpu_check")
+    run = argparse.Namespace(dry_run=False, skip=["iteration-vllm", "tests-cuda"])
+    # a budget of 420 s, the model built in 20: the iteration may run until the same-seed step's 120 s are left
+    assert gpu_check.step_end("iteration-hf", run, started=20.0, deadline=420.0) == 300.0
+    # the default budget leaves no room beyond the step's own limit, and never more than the budget
+    assert gpu_check.step_end("iteration-hf", argparse.Namespace(dry_run=False, skip=[]), 20.0, 300.0) == 260.0
+    assert gpu_check.step_end("same-seed", run, started=300.0, deadline=420.0) == 420.0
+    assert gpu_check.step_end("model", run, started=0.0, deadline=420.0) == 60.0  # other steps keep their limit
+    assert gpu_check.step_end("iteration-hf", argparse.Namespace(dry_run=True, skip=[]), 20.0, 900.0) == 900.0
+
+
 def test_the_floors_count_each_phase_s_work():
     gpu_check = load("gpu_check")
     shape = {"layer_params": 1e9, "params": 1.2e9, "hidden": 1000, "vocab": 100_000, "layers": 10, "q_dim": 1000,
