@@ -13,8 +13,9 @@ Two things compile, each with ``dynamic=True`` so one graph serves every batch a
   layers.  Only the pass itself runs compiled: decoding (its CUDA graph) keeps the eager
   layers.
 
-A compiler that fails (no working Triton or C compiler) leaves everything eager from then
-on, with one warning.
+A compile that fails (no working Triton or C compiler, a layer dynamo cannot trace) leaves
+everything eager from then on, with one warning; an error of the model's own is then raised
+by the eager call.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def run_compiled(fn: Callable, compiled: bool, *args):
         try:
             with _compile_settings():
                 return _compiled(fn)(*args)
-        except torch._dynamo.exc.BackendCompilerFailed as error:
+        except torch._dynamo.exc.TorchDynamoException as error:  # a model's own error recurs in the eager call
             _eager_from_now(error, fn.__name__)
     return fn(*args)
 
@@ -54,7 +55,7 @@ def run_decoder(decoder: nn.Module, compiled: bool, **inputs: Any) -> Any:
         try:
             with _layers_compiled(layers), _compile_settings():
                 return decoder(**inputs)
-        except torch._dynamo.exc.BackendCompilerFailed as error:
+        except torch._dynamo.exc.TorchDynamoException as error:  # a model's own error recurs in the eager call
             _eager_from_now(error, type(layers[0]).__name__)
     return decoder(**inputs)
 
