@@ -1021,7 +1021,8 @@ def render_section(result: dict | None, profile_file: str = "gpu_check_profile.j
                      f"ms a step{busy}" + (f"; top operators {window}: {ops}" if ops else "")
                      + (f"; on the host: {host}" if host else ""))
     if hf.get("compile_s"):
-        lines.append(f"- torch.compile built the vocabulary's kernels in {hf['compile_s']:.1f} s, before the iterations")
+        lines.append(f"- torch.compile built the kernels of what runs compiled in {hf['compile_s']:.1f} s, before the "
+                     "iterations")
     for key, label in (("warm_up", "Warm-up (iteration 1)"), ("warm", "Warm (iteration 2)")):
         if key in hf:
             lines.append(f"- {iteration_line(label, hf[key])}")
@@ -1053,8 +1054,11 @@ def render_section(result: dict | None, profile_file: str = "gpu_check_profile.j
         lines.append(f"- Decoders on the {decoders['rows']} first-step prompts, up to {decoders['max_new_tokens']} tokens: "
                      + "; ".join(cells))
     variants = hf.get("variants") or {}
-    cells = [f"{k} {v['update_s']:.1f} s (forward + backward {v['forward_backward_s']:.1f} s, peak "
-             f"{v['peak_memory_mb'] / 1024:.1f} GiB)" if isinstance(v, dict) else f"{k}: {v}" for k, v in variants.items()]
+    cells = [f"{k} {v['update_s']:.1f} s (" + (f"old + reference log-probs {v['scoring_s']:.1f} s, "
+                                               if v.get("scoring_s") is not None else "")
+             + f"forward + backward {v['forward_backward_s']:.1f} s, peak {v['peak_memory_mb'] / 1024:.1f} GiB"
+             + (f"; its graphs built first in {v['compile_s']:.1f} s" if v.get("compile_s", 0) >= 0.5 else "") + ")"
+             if isinstance(v, dict) else f"{k}: {v}" for k, v in variants.items()]
     if cells:
         lines.append("- The update again, one choice changed: " + "; ".join(cells))
     for note in hf.get("left_out", []):

@@ -133,6 +133,10 @@ def test_the_committed_starting_point_renders():
     section = gpu_check.render_section(result)
     assert "NVIDIA H200" in section and "| forward + backward | 19.96 s |" in section
     assert "old + reference log-probs 3.0" in section  # its reference pass, then timed apart
+    later = gpu_check.render_section(json.loads((ROOT / "benchmarks" / "results" / "gpu_check-2026-12-04.json")
+                                                .read_text()))
+    # each variant's scoring pass is shown beside its forward + backward (the two targets)
+    assert "as configured 7.5 s (old + reference log-probs 2.7 s, forward + backward 4.7 s, peak 104.1 GiB)" in later
 
 
 def test_a_transformers_older_than_train_s_floor_is_named_in_the_section():
