@@ -497,7 +497,8 @@ def compile_kernels(trainer, batch) -> float:
     ``compiled_layers``): the scoring pass's graphs (the policy's and the reference's) and the loss's, on two of
     ``batch``'s rows, then on one row with a one-token answer (a size of 1 is a graph of its own).  Spent here,
     not inside a timed update; nothing else changes (no gradient or optimiser state is left).  Shapes are
-    dynamic, so these build what every micro-batch runs; once built, a call takes milliseconds."""
+    dynamic, so these build what every micro-batch runs; once built, a call takes milliseconds.  The compiler
+    fits its kernels' tiling to the sizes of the first call, so ``batch`` should have rows of a real length."""
     import torch
 
     from gigpo_gym.algos.policies.base import TokenBatch
@@ -747,8 +748,9 @@ def iteration_worker(args: argparse.Namespace) -> dict:
                     save("decoders compared")
                 else:
                     report["left_out"].append("the decoders' comparison: too little time left")
-                report["compile_s"] = compile_kernels(  # its time is spent before the pace
-                    trainer, TokenBatch(prompts[:2], [p[:8] for p in prompts[:2]]))
+                # its time is spent before the pace; answers of full length, as the iterations' first rows have
+                answers = [(p * cfg.sampling.max_new_tokens)[: cfg.sampling.max_new_tokens] for p in prompts[:2]]
+                report["compile_s"] = compile_kernels(trainer, TokenBatch(prompts[:2], answers))
                 answer = fitting_answer(report["decoding"], args, deadline)
                 if answer < cfg.sampling.max_new_tokens:
                     report["left_out"].append(f"answers cut from {cfg.sampling.max_new_tokens} to {answer} tokens: at "
