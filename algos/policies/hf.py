@@ -111,9 +111,10 @@ class HFPolicy(nn.Module):
         #: The vocabulary's log-softmax, entropy and written gradient compiled (``run_compiled``): a few fused
         #: kernels over a chunk's bf16 logits, not passes over float32 copies.  CUDA only; autograd's path stays eager.
         self.compiled_vocab = self.device.type == "cuda"
-        #: The decoder layers of a scoring pass compiled (``compiler.run_decoder``): the norms, the rotary embedding,
-        #: SwiGLU and the residual adds fused between the matmuls.  CUDA only (the trainer turns it off where several
-        #: processes wrap the model); eager under gradient checkpointing, whose backward recomputes the layers eager.
+        #: The decoder layers of ``forward`` (scoring and training) compiled (``compiler.run_decoder``): the norms,
+        #: the rotary embedding, SwiGLU and the residual adds fused between the matmuls.  CUDA only (the trainer turns
+        #: it off where several processes wrap the model); eager under gradient checkpointing, whose backward
+        #: recomputes the layers eager.
         self.compiled_layers = self.device.type == "cuda"
         weights = next(k for k, v in _DTYPES.items() if v == next(model.parameters()).dtype)
         #: The dtype of the copy of the weights that samples free text (None: the trained weights, under autocast).
