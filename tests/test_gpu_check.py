@@ -255,12 +255,11 @@ def test_the_variants_time_the_update_on_the_float32_weights_and_restore_the_cop
 
 @pytest.mark.slow  # torch.compile builds the kernels with the C++ compiler
 def test_every_cuda_choice_on_a_cpu_compiles_first_and_runs_each_variant(tmp_path):
-    from gigpo_gym.algos.training.rollout import collect
-    from gigpo_gym.core.env import derive_seed
-
     from torch._dynamo.utils import counters
 
     from gigpo_gym.algos.policies.base import TokenBatch
+    from gigpo_gym.algos.training.rollout import collect
+    from gigpo_gym.core.env import derive_seed
 
     gpu_check = load("gpu_check")
     with copy_trainer(tmp_path) as t:
