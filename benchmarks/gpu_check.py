@@ -1056,11 +1056,7 @@ def render_section(result: dict | None, profile_file: str = "gpu_check_profile.j
         lines.append(f"- Decoders on the {decoders['rows']} first-step prompts, up to {decoders['max_new_tokens']} tokens: "
                      + "; ".join(cells))
     variants = hf.get("variants") or {}
-    cells = [f"{k} {v['update_s']:.1f} s (" + (f"old + reference log-probs {v['scoring_s']:.1f} s, "
-                                               if v.get("scoring_s") is not None else "")
-             + f"forward + backward {v['forward_backward_s']:.1f} s, peak {v['peak_memory_mb'] / 1024:.1f} GiB"
-             + (f"; its graphs built first in {v['compile_s']:.1f} s" if v.get("compile_s", 0) >= 0.5 else "") + ")"
-             if isinstance(v, dict) else f"{k}: {v}" for k, v in variants.items()]
+    cells = [variant_cell(k, v) if isinstance(v, dict) else f"{k}: {v}" for k, v in variants.items()]
     if cells:
         lines.append("- The update again, one choice changed: " + "; ".join(cells))
     for note in hf.get("left_out", []):
@@ -1070,6 +1066,16 @@ def render_section(result: dict | None, profile_file: str = "gpu_check_profile.j
     lines += [f"- {summary_line(name, r) if name != 'iteration-hf' else name + ': ' + r['status']}"
               for name, r in result["steps"].items()]
     return "\n".join([*lines, SECTION_END])
+
+
+def variant_cell(name: str, timed: dict) -> str:
+    """One timed variant of the update in SPEED.md: its time, its two phases, its peak, and its compile if any."""
+    parts = [f"forward + backward {timed['forward_backward_s']:.1f} s",
+             f"peak {timed['peak_memory_mb'] / 1024:.1f} GiB"]
+    if timed.get("scoring_s") is not None:
+        parts.insert(0, f"old + reference log-probs {timed['scoring_s']:.1f} s")
+    built = f"; its graphs built first in {timed['compile_s']:.1f} s" if timed.get("compile_s", 0) >= 0.5 else ""
+    return f"{name} {timed['update_s']:.1f} s ({', '.join(parts)}{built})"
 
 
 def write_section(path: Path, section: str) -> None:
