@@ -64,6 +64,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -530,10 +531,15 @@ def fitting_answer(decoding: dict, args: argparse.Namespace, deadline: float) ->
     return int(min(args.max_new_tokens, max(16, left / 2 / per_answer_token)))
 
 
-def update_variants(trainer, rollout, iteration: int, deadline: float, groups: int = 2) -> dict:
+def update_variants(trainer, rollout, iteration: int, deadline: float,
+                    groups: int = 2) -> Iterator[tuple[str, dict | str]]:
     """The update of ``rollout``'s first ``groups`` groups, as configured and with one choice changed at a time,
-    while time is left: what each choice costs.  A choice that runs other compiled graphs builds them first
-    (``compile_kernels``, its seconds reported apart), so the update's time is the kernels' alone."""
+    while time is left: what each choice costs, each yielded as soon as it is measured (so the caller can save it
+    before a compile runs the worker into its limit).
+
+    A choice that runs other compiled graphs builds them first (``compile_kernels``, its seconds reported apart), so
+    the update's time is the kernels' alone.  A variant starts only where the time left holds the longest build seen
+    so far and 1.5x the last update, and is timed only where what is left after its own build holds that update."""
     import torch
 
     policy, part = trainer.policy, first_groups(rollout, groups)
@@ -591,27 +597,34 @@ def update_variants(trainer, rollout, iteration: int, deadline: float, groups: i
 
         variants["Liger's Triton RMSNorm, RoPE and SwiGLU in eager layers (last: its patch of transformers stays)"] = (
             liger, lambda: setattr(policy, "compiled_layers", layers))
-    out, pace = {}, None
-    for name, (change, undo) in variants.items():
-        if pace is not None and deadline - time.monotonic() < 1.5 * pace + 5:
-            out[name] = "not run: too little time left"
-            continue
+    pace, longest_build = 0.0, 0.0
+
+    def timed(change: Callable[[], None], undo: Callable[[], None]) -> dict | str:
+        nonlocal pace, longest_build
         change()
         try:
             compile_s = compile_kernels(trainer, part.tokens)
+            longest_build = max(longest_build, compile_s)
+            if deadline - time.monotonic() < 1.5 * pace + 5:
+                return f"not run: too little time left after building its graphs in {compile_s:.0f} s"
             sync(trainer.device)
             t0 = time.perf_counter()
             m = trainer.update(part, iteration)
             sync(trainer.device)
             pace = time.perf_counter() - t0
-            out[name] = {"rows": len(part), "update_s": pace, "forward_backward_s": m["time/optimize_seconds"]
-                         - m["time/step_seconds"], "scoring_s": m["time/score_seconds"],
-                         "peak_memory_mb": peak_memory_mb(trainer.device), "compile_s": compile_s}
+            return {"rows": len(part), "update_s": pace, "forward_backward_s": m["time/optimize_seconds"]
+                    - m["time/step_seconds"], "scoring_s": m["time/score_seconds"],
+                    "peak_memory_mb": peak_memory_mb(trainer.device), "compile_s": compile_s}
         except Exception as e:  # an out-of-memory variant is a finding, not the end of the check
-            out[name] = f"{type(e).__name__}: {e}"[:300]
+            return f"{type(e).__name__}: {e}"[:300]
         finally:
             undo()
-    return out
+
+    for name, (change, undo) in variants.items():
+        if pace and deadline - time.monotonic() < longest_build + 1.5 * pace + 5:
+            yield name, "not run: too little time left"
+        else:
+            yield name, timed(change, undo)
 
 
 def apply_liger(model) -> None:
@@ -640,14 +653,12 @@ def profile_decoding(policy, prompt_ids: list[list[int]], sampling, steps: int =
     with torch.no_grad():
         policy._generate(prompt_ids, dataclasses.replace(short, max_new_tokens=3))
         sync(policy.device)
-        t0 = time.perf_counter()
-        policy._generate(prompt_ids, dataclasses.replace(short, max_new_tokens=1))
-        sync(policy.device)
-        prefill = time.perf_counter() - t0
         activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
-        with profile(activities=activities) as prefill_prof:
+        with profile(activities=activities) as prefill_prof:  # timed under the profiler, as the steps are
+            t0 = time.perf_counter()
             policy._generate(prompt_ids, dataclasses.replace(short, max_new_tokens=1))
             sync(policy.device)
+            prefill = time.perf_counter() - t0
         with profile(activities=activities) as prof:
             t0 = time.perf_counter()
             replies = policy._generate(prompt_ids, short)
@@ -782,8 +793,10 @@ def iteration_worker(args: argparse.Namespace) -> dict:
                 save(f"profiled update {report['profile']['wall_s']:.1f} s")
             else:
                 report["left_out"].append("the profiled update: too little time left")
-            report["variants"] = update_variants(trainer, rollout, 2, deadline)
-            save("variants")
+            report["variants"] = {}
+            for name, timed in update_variants(trainer, rollout, 2, deadline):
+                report["variants"][name] = timed
+                save(f"variant: {name}")
         finally:
             trainer.close()
             del trainer

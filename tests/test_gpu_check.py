@@ -246,11 +246,52 @@ def test_the_variants_time_the_update_on_the_float32_weights_and_restore_the_cop
         t.prepare()
         t.freeze_reference()
         rollout = collect(t.actor, t.envs, t.sampling(1), seed=derive_seed(0, 1), shaping=t.shaping)
-        timed = gpu_check.update_variants(t, rollout, 1, deadline=float("inf"), groups=1)
+        timed = dict(gpu_check.update_variants(t, rollout, 1, deadline=float("inf"), groups=1))
         assert t.policy.train_on_copy  # each variant's change is undone
     off = timed["the update on the float32 weights under autocast"]
     assert isinstance(off, dict) and off["rows"] == timed["as configured"]["rows"] > 0 and off["forward_backward_s"] > 0
     assert all(isinstance(v, dict) for k, v in timed.items() if not k.startswith("Liger")), timed
+
+def test_each_variant_is_handed_over_when_measured_and_none_starts_what_the_time_left_cannot_build(
+        tmp_path, monkeypatch):
+    import types
+
+    from gigpo_gym.algos.training.rollout import collect
+    from gigpo_gym.core.env import derive_seed
+
+    gpu_check = load("gpu_check")
+    clock, builds, built = [0.0], [], []  # each variant's seconds to build its graphs, on a fake clock
+
+    def compile_kernels(trainer, batch):
+        built.append(builds[len(built)] if len(built) < len(builds) else 0.0)
+        clock[0] += built[-1]
+        return built[-1]
+
+    monkeypatch.setattr(gpu_check, "time", types.SimpleNamespace(monotonic=lambda: clock[0],
+                                                                 perf_counter=gpu_check.time.perf_counter))
+    monkeypatch.setattr(gpu_check, "compile_kernels", compile_kernels)
+
+    def variants(trainer, rollout, seconds: list[float]):
+        """The variants' results within 100 s, their builds taking ``seconds``; the first one checked as it comes."""
+        clock[0], builds[:], built[:] = 0.0, seconds, []
+        each = gpu_check.update_variants(trainer, rollout, 1, deadline=100.0, groups=1)
+        name, first = next(each)
+        assert name == "as configured" and isinstance(first, dict)
+        assert len(built) == 1  # handed over before the next variant built anything: the caller saves it
+        return [result for _, result in each]
+
+    with copy_trainer(tmp_path) as t:
+        t.prepare()
+        t.freeze_reference()
+        rollout = collect(t.actor, t.envs, t.sampling(1), seed=derive_seed(0, 1), shaping=t.shaping)
+        timed = variants(t, rollout, [0.0, 55.0, 50.0])
+        assert t.policy.train_on_copy  # each variant's change is undone, timed or not
+        cut = variants(t, rollout, [0.0, 97.0])
+    assert isinstance(timed[0], dict) and timed[0]["compile_s"] == 55.0  # 45 s left after its build
+    # the longest build so far (55 s) does not fit the 45 s left: none starts
+    assert timed[1:] and all(r == "not run: too little time left" for r in timed[1:]) and len(built) == 2
+    assert cut[0] == "not run: too little time left after building its graphs in 97 s"  # 3 s left after it
+    assert cut[1:] and all(r == "not run: too little time left" for r in cut[1:])
 
 
 @pytest.mark.slow  # torch.compile builds the kernels with the C++ compiler
@@ -286,7 +327,7 @@ def test_every_cuda_choice_on_a_cpu_compiles_first_and_runs_each_variant(tmp_pat
                 built.append(counters["stats"]["unique_graphs"] - before)
 
         t.update = update_counting_graphs
-        timed = gpu_check.update_variants(t, rollout, 1, deadline=float("inf"), groups=1)
+        timed = dict(gpu_check.update_variants(t, rollout, 1, deadline=float("inf"), groups=1))
         assert p.compiled_vocab and p.compiled_layers and p.keeps_logits() and p.train_on_copy  # each change undone
     for name in ("the LM head run again in the backward", "the vocabulary's scores eager, not compiled",
                  "the decoder layers eager, not compiled",
