@@ -714,6 +714,7 @@ def iteration_worker(args: argparse.Namespace) -> dict:
     import transformers
 
     from gigpo_gym.algos.cli import resolve_config
+    from gigpo_gym.algos.policies import compiler
     from gigpo_gym.algos.policies.base import TokenBatch
     from gigpo_gym.algos.training.config import load_config
     from gigpo_gym.algos.training.trainer import Trainer
@@ -762,6 +763,7 @@ def iteration_worker(args: argparse.Namespace) -> dict:
                 # its time is spent before the pace; answers of full length, as the iterations' first rows have
                 answers = [(p * cfg.sampling.max_new_tokens)[: cfg.sampling.max_new_tokens] for p in prompts[:2]]
                 report["compile_s"] = compile_kernels(trainer, TokenBatch(prompts[:2], answers))
+                report["compile_failure"] = compiler.failure()
                 answer = fitting_answer(report["decoding"], args, deadline)
                 if answer < cfg.sampling.max_new_tokens:
                     report["left_out"].append(f"answers cut from {cfg.sampling.max_new_tokens} to {answer} tokens: at "
@@ -798,6 +800,8 @@ def iteration_worker(args: argparse.Namespace) -> dict:
                 report["variants"][name] = timed
                 save(f"variant: {name}")
         finally:
+            report["compile_failure"] = compiler.failure()  # the compiled choices ran eager from then on
+            save(f"torch.compile {'failed' if report['compile_failure'] else 'did not fail'}")
             trainer.close()
             del trainer
             gc.collect()
@@ -1038,6 +1042,8 @@ def render_section(result: dict | None, profile_file: str = "gpu_check_profile.j
     if hf.get("compile_s"):
         lines.append(f"- torch.compile built the kernels of what runs compiled in {hf['compile_s']:.1f} s, before the "
                      "iterations")
+    if hf.get("compile_failure"):
+        lines.append(f"- Compiling fell back to eager: {hf['compile_failure']}")
     for key, label in (("warm_up", "Warm-up (iteration 1)"), ("warm", "Warm (iteration 2)")):
         if key in hf:
             lines.append(f"- {iteration_line(label, hf[key])}")

@@ -137,6 +137,20 @@ def test_the_committed_starting_point_renders():
                                                 .read_text()))
     # each variant's scoring pass is shown beside its forward + backward (the two targets)
     assert "as configured 7.5 s (old + reference log-probs 2.7 s, forward + backward 4.7 s, peak 104.1 GiB)" in later
+    assert "fell back to eager" not in later
+
+
+def test_a_compiler_that_fell_back_to_eager_is_named_in_the_section(monkeypatch):
+    from gigpo_gym.algos.policies import compiler
+
+    gpu_check = load("gpu_check")
+    result = json.loads((ROOT / "benchmarks" / "results" / "gpu_check-2026-12-04.json").read_text())
+    monkeypatch.setattr(compiler, "_FAILURE", None)
+    with pytest.warns(UserWarning):
+        compiler._eager_from_now(RuntimeError("no working Triton"), "Qwen2DecoderLayer")
+    result["steps"]["iteration-hf"]["compile_failure"] = compiler.failure()  # as the worker records it
+    assert ("- Compiling fell back to eager: torch.compile failed on Qwen2DecoderLayer; the compiled parts run eager "
+            "from now on: no working Triton\n") in gpu_check.render_section(result)
 
 
 def test_a_transformers_older_than_train_s_floor_is_named_in_the_section():

@@ -859,7 +859,7 @@ def test_a_failing_compiler_leaves_the_vocabulary_scores_eager_with_one_warning(
         return compiled
 
     monkeypatch.setattr(compiler, "_compiled", broken)
-    monkeypatch.setattr(compiler, "_FAILED", False)
+    monkeypatch.setattr(compiler, "_FAILURE", None)
     logits, targets = torch.randn(4, 50).bfloat16(), torch.tensor([1, 2, 3, 4])
     with pytest.warns(UserWarning, match="torch.compile failed on forward_scores; the compiled parts run eager"):
         first = compiler.run_compiled(forward_scores, True, logits, targets, True)
@@ -947,13 +947,15 @@ def test_a_failing_compiler_leaves_the_decoder_layers_eager_with_one_warning(tin
         raise torch._dynamo.exc.InternalTorchDynamoError("cannot trace this layer")
 
     monkeypatch.setattr(compiler, "_compiled_module_call", lambda: broken)
-    monkeypatch.setattr(compiler, "_FAILED", False)
+    monkeypatch.setattr(compiler, "_FAILURE", None)
     policy = HFPolicy.from_pretrained(tiny_path, device="cpu", logits_chunk=3)
     batch = TokenBatch([[5, 6, 7, 8, 9], [9, 10]], [[14, 15, 3], [16, 17]])
     eager = policy(batch).log_probs
     policy.compiled_layers = True
+    assert compiler.failure() is None
     with pytest.warns(UserWarning, match="torch.compile failed on Qwen2DecoderLayer; the compiled parts run eager"):
         assert torch.equal(policy(batch).log_probs, eager)
+    assert compiler.failure().startswith("torch.compile failed on Qwen2DecoderLayer")  # for a run's report
     assert all(layer._compiled_call_impl is None for layer in policy.model.get_decoder().layers)
     import warnings
 

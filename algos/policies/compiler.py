@@ -29,12 +29,12 @@ import torch
 from torch import nn
 from torch.fx.experimental import _config as shapes_config
 
-_FAILED = False
+_FAILURE: str | None = None  # why the compiled parts run eager in this process (see ``failure``)
 
 
 def run_compiled(fn: Callable, compiled: bool, *args):
     """``fn(*args)``, through its compiled form where ``compiled`` and the compiler works here."""
-    if compiled and not _FAILED:
+    if compiled and _FAILURE is None:
         try:
             with _compile_settings():
                 return _compiled(fn)(*args)
@@ -51,7 +51,7 @@ def run_decoder(decoder: nn.Module, compiled: bool, **inputs: Any) -> Any:
     checkpointing) must not ask for compiled ones.
     """
     layers = getattr(decoder, "layers", None)
-    if compiled and not _FAILED and isinstance(layers, nn.ModuleList) and len(layers):
+    if compiled and _FAILURE is None and isinstance(layers, nn.ModuleList) and len(layers):
         try:
             with _layers_compiled(layers), _compile_settings():
                 return decoder(**inputs)
@@ -60,11 +60,15 @@ def run_decoder(decoder: nn.Module, compiled: bool, **inputs: Any) -> Any:
     return decoder(**inputs)
 
 
+def failure() -> str | None:
+    """Why the compiled parts run eager in this process, or None while they compile: a run's report can say so."""
+    return _FAILURE
+
+
 def _eager_from_now(error: Exception, what: str) -> None:
-    global _FAILED
-    _FAILED = True
-    warnings.warn(f"torch.compile failed on {what}; the compiled parts run eager from now on: {error}"[:500],
-                  stacklevel=3)
+    global _FAILURE
+    _FAILURE = f"torch.compile failed on {what}; the compiled parts run eager from now on: {error}"[:500]
+    warnings.warn(_FAILURE, stacklevel=3)
 
 
 @contextlib.contextmanager
