@@ -964,6 +964,37 @@ def test_a_failing_compiler_leaves_the_decoder_layers_eager_with_one_warning(tin
         assert torch.equal(policy(batch).log_probs, eager)
 
 
+@pytest.mark.slow  # torch.compile builds the forward's kernels with the C++ compiler
+def test_a_backward_that_fails_to_build_falls_back_at_the_forward_not_in_the_backward(tiny_path, monkeypatch):
+    import torch._inductor.compile_fx as inductor
+
+    from gigpo_gym.algos.policies import compiler
+
+    def no_backward(*args, **kwargs):
+        raise RuntimeError("cannot build this backward")
+
+    policy = HFPolicy.from_pretrained(tiny_path, device="cpu", logits_chunk=3)
+    batch = TokenBatch([[5, 6, 7, 8, 9], [9, 10]], [[14, 15, 3], [16, 17]])
+    eager = policy(batch).log_probs
+    eager.sum().backward()
+    grads = [p.grad.clone() for p in policy.parameters() if p.requires_grad]
+    policy.zero_grad(set_to_none=True)
+    torch._dynamo.reset()  # build anew, from no cache, with only the backward's build failing
+    monkeypatch.setattr(inductor, "compile_fx_backward", no_backward)
+    monkeypatch.setattr(compiler, "_FAILURE", None)
+    policy.compiled_layers = True
+    try:
+        with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(
+                enable_autograd_cache=False), pytest.warns(UserWarning, match="torch.compile failed on Qwen2DecoderLayer"):
+            scores = policy(batch)
+        scores.log_probs.sum().backward()  # the eager layers' backward, not a build that fails here
+    finally:
+        torch._dynamo.reset()
+    assert "cannot build this backward" in compiler.failure()
+    assert torch.equal(scores.log_probs, eager)
+    assert all(torch.equal(p.grad, g) for p, g in zip((p for p in policy.parameters() if p.requires_grad), grads))
+
+
 @pytest.mark.parametrize("compute_dtype", [None, "bfloat16"])
 def test_the_written_vocabulary_backward_trains_as_autograd_s(tiny_path, compute_dtype):
     policy = HFPolicy.from_pretrained(tiny_path, device="cpu", compute_dtype=compute_dtype, logits_chunk=3)

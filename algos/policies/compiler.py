@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
+from torch._functorch import config as autograd_config
 from torch.fx.experimental import _config as shapes_config
 
 _FAILURE: str | None = None  # why the compiled parts run eager in this process (see ``failure``)
@@ -82,8 +83,15 @@ def _compile_settings():
       dtype, gradient mode, train or eval mode, and batch of one row or more (the policy's
       and the reference's passes and the update take six; the check's variants more).
       Past the limit dynamo would run the layers eager, silently slower.
+    - The backward built with the forward, always: AOTAutograd otherwise puts off a backward
+      whose build failed until the first ``backward()``, where no fallback is left (the
+      forward has run compiled).  Built here, its failure is the forward's, and falls back.
+      Torch releases without the switch keep their own behaviour.
     """
-    with shapes_config.patch(use_duck_shape=False), torch._dynamo.config.patch(recompile_limit=32):
+    backward_now = ({"force_non_lazy_backward_lowering": True}
+                    if hasattr(autograd_config, "force_non_lazy_backward_lowering") else {})
+    with (shapes_config.patch(use_duck_shape=False), torch._dynamo.config.patch(recompile_limit=32),
+          autograd_config.patch(**backward_now)):
         yield
 
 
