@@ -441,6 +441,9 @@ def profile_update(trainer, rollout, iteration: int, groups: int = 2, top: int =
 
 
 DECODERS = ("loop", "static", "continuous")
+#: What the decoders' comparison times: each decoder as ``model.decoder`` names it, and the static one with its
+#: steps' attention by two matmuls (``HFPolicy.matmul_decoding``, off until measured here).
+COMPARED = {**{name: (name, False) for name in DECODERS}, "static, steps' attention by matmuls": ("static", True)}
 
 
 def compare_decoders(policy, prompt_ids: list[list[int]], sampling) -> dict:
@@ -454,11 +457,11 @@ def compare_decoders(policy, prompt_ids: list[list[int]], sampling) -> dict:
 
     out: dict = {"rows": len(prompt_ids), "prompt_tokens": sum(map(len, prompt_ids)),
                  "max_new_tokens": sampling.max_new_tokens}
-    configured = policy.decoder
+    configured, matmuls = policy.decoder, policy.matmul_decoding
     policy.eval()
     with torch.no_grad():
-        for name in DECODERS:
-            policy.decoder = name
+        for name, (decoder, by_matmuls) in COMPARED.items():
+            policy.decoder, policy.matmul_decoding = decoder, by_matmuls
             try:
                 seconds = []
                 for _ in range(2):
@@ -473,8 +476,8 @@ def compare_decoders(policy, prompt_ids: list[list[int]], sampling) -> dict:
             except Exception as e:  # reported, not fatal: the other decoders' figures still count
                 out[name] = {"error": f"{type(e).__name__}: {e}"[:500]}
             finally:
-                policy.decoder = configured
-    timed = [k for k in DECODERS if "tokens_per_s" in out.get(k, {})]
+                policy.decoder, policy.matmul_decoding = configured, matmuls
+    timed = [k for k in COMPARED if "tokens_per_s" in out.get(k, {})]
     out["faster"] = max(timed, key=lambda k: out[k]["tokens_per_s"]) if timed else None
     return out
 
@@ -755,7 +758,8 @@ def iteration_worker(args: argparse.Namespace) -> dict:
                 report["decoding"] = profile_decoding(trainer.scorer, prompts, trainer.sampling(1))
                 # before the iterations, which take what time is left: model.decoder's "auto" rests on this
                 comparison = dataclasses.replace(trainer.sampling(2), max_new_tokens=min(64, cfg.sampling.max_new_tokens))
-                if deadline - time.monotonic() > 6 * comparison.max_new_tokens * report["decoding"]["step_s"] + 60:
+                calls = 2 * len(COMPARED)  # each entry twice
+                if deadline - time.monotonic() > calls * comparison.max_new_tokens * report["decoding"]["step_s"] + 60:
                     report["decoders"] = compare_decoders(trainer.scorer, prompts, comparison)
                     save("decoders compared")
                 else:
@@ -1071,7 +1075,7 @@ def render_section(result: dict | None, profile_file: str = "gpu_check_profile.j
     if decoders:
         cells = [f"{k} " + (f"{decoders[k]['tokens_per_s']:,.0f} tok/s ({decoders[k]['seconds']:.1f} s; first call "
                             f"{decoders[k]['first_call_s']:.1f} s)" if "tokens_per_s" in decoders[k] else decoders[k]["error"])
-                 for k in DECODERS if k in decoders]
+                 for k in COMPARED if k in decoders]
         lines.append(f"- Decoders on the {decoders['rows']} first-step prompts, up to {decoders['max_new_tokens']} tokens: "
                      + "; ".join(cells))
     variants = hf.get("variants") or {}

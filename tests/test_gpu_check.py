@@ -61,7 +61,9 @@ def test_the_dry_run_takes_every_step_on_a_cpu(tmp_path):
     assert update["scoring_top_operators"] and 0 < update["scoring_s"] < update["device_busy_s"]
     assert hf["decoding"]["prefill_subtracted"] and "steps after it" in (tmp_path / "SPEED.md").read_text()
     assert profiles["decoding"]["top_host_operators"] and hf["decoding"]["step_s"] >= 0 and 1 <= hf["decoding"]["steps"] <= 24
-    assert set(gpu_check_module().DECODERS) <= set(hf["decoders"]) and hf["decoders"]["faster"] in ("loop", "static", "continuous")
+    compared = gpu_check_module().COMPARED
+    assert set(compared) <= set(hf["decoders"]) and hf["decoders"]["faster"] in compared
+    assert all("tokens_per_s" in hf["decoders"][name] for name in compared if name != "continuous"), hf["decoders"]
     assert all(isinstance(v, dict) for v in hf["variants"].values()), hf["variants"]
     assert steps["same-seed"]["status"] == "passed" and steps["same-seed"]["rows"] == 2  # iterations 0 and 1
     assert steps["tests-cuda"]["collected"] >= 2

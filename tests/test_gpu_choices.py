@@ -315,6 +315,59 @@ def test_the_static_cache_decoder_gives_the_loop_s_replies_for_a_seed(tiny_path,
     assert ended_early >= 5  # rows left both decoders' batches early, on stop strings and eos
 
 
+def test_one_token_attention_by_matmuls_is_sdpa_s_over_a_masked_cache():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from gigpo_gym.algos.policies.attention import one_token_attention
+
+    gen = torch.Generator().manual_seed(0)
+    rows, heads, kv_heads, dim, cache = 3, 6, 2, 8, 11  # 3 query heads share each key/value head
+    query = torch.randn(rows, heads, 1, dim, generator=gen)
+    key, value = (torch.randn(rows, kv_heads, cache, dim, generator=gen) for _ in range(2))
+    mask = torch.zeros(rows, 1, 1, cache)
+    mask[0, ..., :4] = mask[1, ..., -3:] = torch.finfo(torch.float32).min  # left padding; positions not written yet
+    layer = torch.nn.Module()
+    layer.num_key_value_groups, layer.is_causal = heads // kv_heads, True
+    mine, _ = one_token_attention(layer, query, key, value, mask, scaling=0.3)
+    torch.testing.assert_close(mine, sdpa_attention_forward(layer, query, key, value, mask, scaling=0.3)[0],
+                               rtol=1e-6, atol=1e-6)
+    half = [t.bfloat16() for t in (query, key, value)]  # scores round to bf16 before the float32 softmax
+    torch.testing.assert_close(one_token_attention(layer, *half, mask.bfloat16(), scaling=0.3)[0].float(),
+                               mine, rtol=3e-2, atol=3e-2)
+    prefill = torch.randn(rows, heads, cache, dim, generator=gen)  # longer queries: transformers' SDPA call itself
+    causal = torch.zeros(rows, 1, cache, cache).masked_fill(torch.ones(cache, cache).triu(1).bool(), -torch.inf)
+    assert torch.equal(one_token_attention(layer, prefill, key, value, causal)[0],
+                       sdpa_attention_forward(layer, prefill, key, value, causal)[0])
+
+
+@pytest.mark.parametrize("compute_dtype", [None, "bfloat16"])  # bfloat16: float32 weights under autocast
+def test_decoding_steps_attending_by_matmuls_give_the_loop_s_replies_for_a_seed(tiny_path, compute_dtype,
+                                                                                  monkeypatch):
+    from gigpo_gym.algos.policies import attention
+
+    if not decode.static_cache_fits(torch.float32, compute_dtype and torch.bfloat16):
+        pytest.skip("this transformers' static cache keeps keys and values in one dtype (before 5.24)")
+    steps, one_token_attention = [], attention.one_token_attention
+
+    def counted(module, query, *args, **kwargs):
+        steps.append(query.shape[2] == 1)
+        return one_token_attention(module, query, *args, **kwargs)
+
+    monkeypatch.setattr(attention, "one_token_attention", counted)
+    loop = HFPolicy.from_pretrained(tiny_path, device="cpu", decoder="loop", compute_dtype=compute_dtype)
+    static = HFPolicy.from_pretrained(tiny_path, device="cpu", decoder="static", compute_dtype=compute_dtype)
+    static.matmul_decoding = True
+    for sampling in SAMPLINGS:
+        same_replies(loop.generate(PROMPTS, sampling), static.generate(PROMPTS, sampling),
+                     1e-5 if compute_dtype is None else 1e-2)
+    assert sum(steps) > 10 and not all(steps)  # the steps attended by matmuls; the prefills through SDPA
+    assert static.model.config._attn_implementation == "sdpa"  # switched for the passes only
+    steps.clear()
+    static.matmul_decoding = False
+    static.generate(PROMPTS, SAMPLINGS[0])
+    assert not steps
+
+
 def test_reading_tokens_every_few_steps_ends_rows_where_every_step_does(tiny_path, monkeypatch):
     """A GPU reads the tokens every ``STOP_CHECK_EVERY`` steps; a greedy reply does not depend on when."""
     static = HFPolicy.from_pretrained(tiny_path, device="cpu", decoder="static")

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from gigpo_gym.algos.policies import choice, decode
+from gigpo_gym.algos.policies.attention import causal_attention, matmul_decoding
 from gigpo_gym.algos.policies.quiet import quiet_libraries
 from gigpo_gym.algos.policies.compiler import run_compiled, run_decoder
 from gigpo_gym.algos.policies.vocab_scores import forward_scores, vocab_scores
@@ -116,6 +117,9 @@ class HFPolicy(nn.Module):
         #: it off where several processes wrap the model); eager under gradient checkpointing, whose backward
         #: recomputes the layers eager.
         self.compiled_layers = self.device.type == "cuda"
+        #: The static decoder's one-token steps attend by two matmuls (``attention.one_token_attention``), not SDPA's
+        #: memory-efficient kernel.  Off until measured on a GPU: ``benchmarks/gpu_check.py`` compares the two.
+        self.matmul_decoding = False
         weights = next(k for k, v in _DTYPES.items() if v == next(model.parameters()).dtype)
         #: The dtype of the copy of the weights that samples free text (None: the trained weights, under autocast).
         self.rollout_dtype = rollout_weights_dtype(rollout_dtype, self.device, weights, compute_dtype)
@@ -364,7 +368,8 @@ class HFPolicy(nn.Module):
             if decoder == "continuous":
                 return decode.generate_continuous(self, prompt_ids, sampling, model=model)
             if decoder == "static":
-                return decode.generate_static(self, prompt_ids, sampling, gen, model=model)
+                with matmul_decoding(model, self.matmul_decoding):
+                    return decode.generate_static(self, prompt_ids, sampling, gen, model=model)
             return decode.generate(self, prompt_ids, sampling, gen, model=model)
 
     def _generator_for(self, sampling: SamplingParams) -> torch.Generator:
@@ -623,46 +628,6 @@ def sdpa_backends(device: torch.device):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
-
-
-#: SDPA under a name transformers has no mask function for (see ``causal_attention``).
-CAUSAL_SDPA = "gigpo_gym_causal_sdpa"
-
-
-@contextlib.contextmanager
-def causal_attention(model: nn.Module):
-    """Run a pass over right-padded rows without a cache as SDPA's causal kernel, past transformers' mask code.
-
-    Such a pass needs no mask, and transformers builds none, but first looks for packed
-    sequences in the position ids, which reads a tensor back to the host: on a GPU, a wait
-    for the queue before every forward, so once per micro-batch of the update.  An
-    attention implementation transformers has no mask function for gets no mask and no
-    check; ``CAUSAL_SDPA`` is transformers' own SDPA call under such a name, so the kernel
-    and the numbers are the same.  Models with sliding-window or chunked layers keep their
-    masks (and the check).
-    """
-    config = model.config
-    layer_types = set(getattr(config, "layer_types", None) or ["full_attention"])
-    windowed = getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)
-    chunked = getattr(config, "attention_chunk_size", None)
-    if config._attn_implementation != "sdpa" or layer_types != {"full_attention"} or windowed or chunked:
-        yield
-        return
-    _register_causal_sdpa()
-    config._attn_implementation = CAUSAL_SDPA
-    try:
-        yield
-    finally:
-        config._attn_implementation = "sdpa"
-
-
-@functools.cache
-def _register_causal_sdpa() -> None:
-    """Register ``CAUSAL_SDPA`` with transformers, once a process."""
-    from transformers import AttentionInterface
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    AttentionInterface.register(CAUSAL_SDPA, sdpa_attention_forward)
 
 
 def decoder_for(name: str, device: torch.device) -> str:
