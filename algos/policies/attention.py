@@ -60,8 +60,8 @@ def one_token_attention(module: nn.Module, query: torch.Tensor, key: torch.Tenso
     the 23 steps after the prefill took 0.44 s).  Here the query heads that share a
     key/value head are the rows of one matmul against that head's keys, then of one against
     its values: each key and value is read once, and the matmuls spread over the keys.  The
-    scores round to the weights' dtype before the float32 softmax, where SDPA's kernels keep
-    them in float32.  Longer queries (the prefill) and dropout go to transformers' SDPA call.
+    scores round to the compute dtype (bf16 on a GPU) before the float32 softmax, where SDPA's
+    kernels keep them in float32.  Longer queries (the prefill) and dropout go to transformers' SDPA call.
     """
     if query.shape[2] != 1 or dropout:
         return _sdpa()(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
