@@ -315,6 +315,31 @@ def test_the_static_cache_decoder_gives_the_loop_s_replies_for_a_seed(tiny_path,
     assert ended_early >= 5  # rows left both decoders' batches early, on stop strings and eos
 
 
+def test_the_static_decoder_s_prefill_attends_over_the_prompt_not_the_whole_cache(tiny_path, monkeypatch):
+    from gigpo_gym.algos.policies import attention
+
+    sdpa, calls = attention._sdpa(), []
+
+    def recorded(module, query, key, *args, **kwargs):
+        calls.append((query.shape[2], key.shape[2]))  # (query tokens, keys attended)
+        return sdpa(module, query, key, *args, **kwargs)
+
+    monkeypatch.setattr(attention, "_sdpa", lambda: recorded)
+    static = HFPolicy.from_pretrained(tiny_path, device="cpu", decoder="static")
+    static.generate(PROMPTS, SamplingParams(max_new_tokens=7, temperature=0))
+    prefills = {keys for queries, keys in calls if queries > 1}
+    assert prefills and all(queries == keys for queries, keys in calls if queries > 1)
+    assert {keys for queries, keys in calls if queries == 1} <= {width + 7 for width in prefills}  # the steps: all
+
+
+def test_a_model_keeping_its_own_attention_decodes_over_the_whole_static_cache(tiny_path):
+    loop = HFPolicy.from_pretrained(tiny_path, device="cpu", decoder="loop", attention="eager")
+    static = HFPolicy.from_pretrained(tiny_path, device="cpu", decoder="static", attention="eager")
+    for sampling in SAMPLINGS[:3]:
+        same_replies(loop.generate(PROMPTS, sampling), static.generate(PROMPTS, sampling))
+    assert static.model.config._attn_implementation == "eager"
+
+
 def test_one_token_attention_by_matmuls_is_sdpa_s_over_a_masked_cache():
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 

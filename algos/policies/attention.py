@@ -5,7 +5,8 @@ passes run under names of the package's own, each for the length of the pass:
 
 - the scoring pass over right-padded rows: transformers' SDPA call, past its mask code
   (``causal_attention``);
-- the static decoder's steps, optionally: one query token a row as two batched matmuls
+- the static decoder's passes: SDPA over the cache positions written so far
+  (``written_prefix_attention``), its one-token steps optionally as two batched matmuls
   (``one_token_attention``).
 
 Only models whose layers all attend over the whole sequence (no sliding windows, no
@@ -22,7 +23,9 @@ from torch import nn
 
 #: SDPA under a name transformers has no mask function for (see ``causal_attention``).
 CAUSAL_SDPA = "gigpo_gym_causal_sdpa"
-#: A decoding step's attention as two matmuls (see ``one_token_attention``).
+#: SDPA over a static cache's written positions only (see ``static_cache_attention``).
+WRITTEN_PREFIX_SDPA = "gigpo_gym_written_prefix_sdpa"
+#: The same, with a decoding step's attention as two matmuls (see ``one_token_attention``).
 ONE_TOKEN_MATMULS = "gigpo_gym_one_token_matmuls"
 
 
@@ -39,13 +42,29 @@ def causal_attention(model: nn.Module):
     return _attention_named(model, CAUSAL_SDPA, _sdpa())
 
 
-def matmul_decoding(model: nn.Module, wanted: bool = True):
-    """Run a static-cache pass with its one-token steps' attention as ``one_token_attention`` (where ``wanted``).
+def static_cache_attention(model: nn.Module, by_matmuls: bool = False):
+    """Run a static-cache pass whose 4D masks reach only as far as the positions written; yields whether it switched.
 
-    The pass hands its layers a 4D mask of its own, which transformers passes through
-    unchanged whatever the implementation's name, so the steps see the mask they always did.
+    A static cache hands attention all its positions, written or not: at the prefill, the
+    prompt's and every answer token's still to come, so a prefill of 450 prompt tokens in a
+    cache of 962 attends over twice the keys it needs.  Here keys and values are cut to the
+    mask's width, which the pass sets (``written_prefix_attention``); with ``by_matmuls`` the
+    one-token steps attend by ``one_token_attention``.  Where the model keeps its own
+    attention (see ``_attention_named``) nothing is cut, and the pass's masks must span
+    the whole cache: hence the answer.  Transformers passes a pass's own 4D mask through
+    unchanged whatever the implementation's name.
     """
-    return _attention_named(model, ONE_TOKEN_MATMULS, one_token_attention) if wanted else contextlib.nullcontext()
+    if by_matmuls:
+        return _attention_named(model, ONE_TOKEN_MATMULS, one_token_attention)
+    return _attention_named(model, WRITTEN_PREFIX_SDPA, written_prefix_attention)
+
+
+def written_prefix_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                             attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """Transformers' SDPA call over the first ``attention_mask.shape[-1]`` cache positions (all, without a mask)."""
+    if attention_mask is not None and attention_mask.shape[-1] < key.shape[-2]:
+        key, value = key[:, :, : attention_mask.shape[-1]], value[:, :, : attention_mask.shape[-1]]
+    return _sdpa()(module, query, key, value, attention_mask, **kwargs)
 
 
 def one_token_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -61,10 +80,11 @@ def one_token_attention(module: nn.Module, query: torch.Tensor, key: torch.Tenso
     key/value head are the rows of one matmul against that head's keys, then of one against
     its values: each key and value is read once, and the matmuls spread over the keys.  The
     scores round to the compute dtype (bf16 on a GPU) before the float32 softmax, where SDPA's
-    kernels keep them in float32.  Longer queries (the prefill) and dropout go to transformers' SDPA call.
+    kernels keep them in float32.  Longer queries (the prefill) and dropout go to ``written_prefix_attention``.
     """
     if query.shape[2] != 1 or dropout:
-        return _sdpa()(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+        return written_prefix_attention(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                                        **kwargs)
     rows, heads, _, dim = query.shape
     kv_heads = key.shape[1]
     scale = dim**-0.5 if scaling is None else scaling
@@ -78,18 +98,21 @@ def one_token_attention(module: nn.Module, query: torch.Tensor, key: torch.Tenso
 
 @contextlib.contextmanager
 def _attention_named(model: nn.Module, name: str, forward: Callable):
-    """``model``'s layers attend through ``forward``, registered as ``name``, for the pass; then SDPA again."""
+    """``model``'s layers attend through ``forward``, registered as ``name``, for the pass; then SDPA again.
+
+    Yields whether they do: a model whose attention is not SDPA's over the whole sequence keeps its own.
+    """
     config = model.config
     layer_types = set(getattr(config, "layer_types", None) or ["full_attention"])
     windowed = getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)
     chunked = getattr(config, "attention_chunk_size", None)
     if config._attn_implementation != "sdpa" or layer_types != {"full_attention"} or windowed or chunked:
-        yield
+        yield False
         return
     _register(name, forward)
     config._attn_implementation = name
     try:
-        yield
+        yield True
     finally:
         config._attn_implementation = "sdpa"
 

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import torch
 
+from gigpo_gym.algos.policies.attention import static_cache_attention
 from gigpo_gym.algos.policies.base import Generation, SamplingParams
 
 
@@ -144,11 +145,19 @@ def _static_pass(policy: Any, model: Any, prompt_ids: list[list[int]], sampling:
                  gen: torch.Generator) -> list[Generation]:
     """One pass: prefill into a cache of ``width + max_new_tokens`` positions, then one fixed-shape step a token.
 
-    Attention sees a ``[rows, 1, queries, cache]`` additive mask (the prompt's real tokens
-    and the tokens written so far), built here, so transformers builds none (its
-    mask code reads tensors back to the host).  Only the rows live at the last check are
-    sampled, in row order, as the loop samples its live rows.
+    Attention sees an additive mask built here, so transformers builds none (its mask
+    code reads tensors back to the host): ``[rows, 1, width, width]`` at the prefill (the
+    prompt's real tokens, causally; over the whole cache where the model keeps its own
+    attention, see ``static_cache_attention``), then ``[rows, 1, 1, cache]`` at each step
+    (the prompt's real tokens and the tokens written so far).  Only the rows live at the
+    last check are sampled, in row order, as the loop samples its live rows.
     """
+    with static_cache_attention(model, policy.matmul_decoding) as prompt_only:
+        return _static_decoding(policy, model, prompt_ids, sampling, gen, prompt_only)
+
+
+def _static_decoding(policy: Any, model: Any, prompt_ids: list[list[int]], sampling: SamplingParams,
+                     gen: torch.Generator, prompt_only: bool) -> list[Generation]:
     device, rows, steps = policy.device, len(prompt_ids), sampling.max_new_tokens
     ids, mask = policy._left_padded(prompt_ids)
     width, size = ids.shape[1], ids.shape[1] + steps
@@ -156,9 +165,10 @@ def _static_pass(policy: Any, model: Any, prompt_ids: list[list[int]], sampling:
     blocked = torch.finfo(dtype).min
     seen = torch.zeros((rows, size), dtype=torch.bool, device=device)
     seen[:, :width] = mask.bool()
-    causal = torch.ones((width, size), dtype=torch.bool, device=device).tril()
-    prefill_mask = torch.zeros((rows, 1, width, size), dtype=dtype, device=device)
-    prefill_mask.masked_fill_(~(seen[:, None, None, :] & causal[None, None]), blocked)
+    keys = width if prompt_only else size  # the prefill's mask: over the prompt, or the whole cache
+    causal = torch.ones((width, keys), dtype=torch.bool, device=device).tril()
+    prefill_mask = torch.zeros((rows, 1, width, keys), dtype=dtype, device=device)
+    prefill_mask.masked_fill_(~(seen[:, None, None, :keys] & causal[None, None]), blocked)
     step_mask = torch.zeros((rows, 1, 1, size), dtype=dtype, device=device)
     step_mask.masked_fill_(~seen[:, None, None, :], blocked)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)

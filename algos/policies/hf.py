@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from gigpo_gym.algos.policies import choice, decode
-from gigpo_gym.algos.policies.attention import causal_attention, matmul_decoding
+from gigpo_gym.algos.policies.attention import causal_attention
 from gigpo_gym.algos.policies.quiet import quiet_libraries
 from gigpo_gym.algos.policies.compiler import run_compiled, run_decoder
 from gigpo_gym.algos.policies.vocab_scores import forward_scores, vocab_scores
@@ -368,8 +368,7 @@ class HFPolicy(nn.Module):
             if decoder == "continuous":
                 return decode.generate_continuous(self, prompt_ids, sampling, model=model)
             if decoder == "static":
-                with matmul_decoding(model, self.matmul_decoding):
-                    return decode.generate_static(self, prompt_ids, sampling, gen, model=model)
+                return decode.generate_static(self, prompt_ids, sampling, gen, model=model)
             return decode.generate(self, prompt_ids, sampling, gen, model=model)
 
     def _generator_for(self, sampling: SamplingParams) -> torch.Generator:
