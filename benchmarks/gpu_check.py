@@ -750,8 +750,7 @@ def iteration_worker(args: argparse.Namespace) -> dict:
                           train_on_copy=trainer.policy.train_on_copy, keeps_logits=trainer.policy.keeps_logits(),
                           compiled_vocab=trainer.policy.compiled_vocab,
                           compiled_layers=trainer.policy.compiled_layers,
-                          reference_dtype=None if trainer.reference is None else
-                          str(next(trainer.reference.parameters()).dtype).removeprefix("torch."))
+                          reference_dtype=None if trainer.reference is None else trainer.reference.weights_dtype)
             save(f"trainer ready, card {report['card']['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s")
             if args.backend == "hf":
                 prompts = recipe_prompts(trainer, cfg)

@@ -120,7 +120,7 @@ class HFPolicy(nn.Module):
         #: The static decoder's one-token steps attend by two matmuls (``attention.one_token_attention``), not SDPA's
         #: memory-efficient kernel.  Off until measured on a GPU: ``benchmarks/gpu_check.py`` compares the two.
         self.matmul_decoding = False
-        weights = next(k for k, v in _DTYPES.items() if v == next(model.parameters()).dtype)
+        weights = self.weights_dtype
         #: The dtype of the copy of the weights that samples free text (None: the trained weights, under autocast).
         self.rollout_dtype = rollout_weights_dtype(rollout_dtype, self.device, weights, compute_dtype)
         #: Score and train on the rollout copy (``model.train_on_copy``; the trainer decides): its forwards and
@@ -230,7 +230,7 @@ class HFPolicy(nn.Module):
             "choose_admissible": self.choose_admissible,
             "compute_dtype": self.compute_dtype,
             "logits_chunk": self.logits_chunk,
-            "dtype": next(k for k, v in _DTYPES.items() if v == next(self.model.parameters()).dtype),
+            "dtype": self.weights_dtype,
             "base_model": self._base_config().name_or_path,
         }
         (path / _META_FILE).write_text(json.dumps(meta, indent=2))
@@ -553,6 +553,11 @@ class HFPolicy(nn.Module):
             raise RuntimeError("this policy has no value head; build it with critic=True")
         picked = hidden[torch.arange(hidden.shape[0], device=self.device), last_prompt]
         return self.value_head(picked.float()).squeeze(-1)
+
+    @property
+    def weights_dtype(self) -> str:
+        """The dtype of the model's weights as a config names it ("float32")."""
+        return str(next(self.model.parameters()).dtype).removeprefix("torch.")
 
     def autocast(self):
         """Mixed precision for forward passes when ``compute_dtype`` is set (weights stay as they are)."""

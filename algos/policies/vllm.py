@@ -70,7 +70,7 @@ class VLLMPolicy(Policy):
         self._dir = tempfile.mkdtemp(prefix="gigpo-gym-vllm-")
         policy.model.save_pretrained(self._dir)
         policy.tokenizer.save_pretrained(self._dir)
-        self.dtype = policy.compute_dtype or str(next(policy.model.parameters()).dtype).removeprefix("torch.")
+        self.dtype = policy.compute_dtype or policy.weights_dtype
         kwargs: dict[str, Any] = dict(model=self._dir, dtype=self.dtype, gpu_memory_utilization=gpu_memory_utilization,
                                       seed=int(seed), enable_prefix_caching=True)
         if max_model_len is not None:
