@@ -120,9 +120,8 @@ class HFPolicy(nn.Module):
         #: The static decoder's one-token steps attend by two matmuls (``attention.one_token_attention``), not SDPA's
         #: memory-efficient kernel.  Off until measured on a GPU: ``benchmarks/gpu_check.py`` compares the two.
         self.matmul_decoding = False
-        weights = self.weights_dtype
         #: The dtype of the copy of the weights that samples free text (None: the trained weights, under autocast).
-        self.rollout_dtype = rollout_weights_dtype(rollout_dtype, self.device, weights, compute_dtype)
+        self.rollout_dtype = rollout_weights_dtype(rollout_dtype, self.device, self.weights_dtype, compute_dtype)
         #: Score and train on the rollout copy (``model.train_on_copy``; the trainer decides): its forwards and
         #: backwards run in ``rollout_dtype`` throughout, and each gradient is added into the trained weights'.
         self.train_on_copy = False
