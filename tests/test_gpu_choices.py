@@ -963,7 +963,8 @@ def _scored_and_trained(policy: HFPolicy, batch: TokenBatch) -> list[torch.Tenso
         old = policy(batch).log_probs
     scores = policy(batch, with_entropy=True)
     (scores.log_probs.sum() + 0.1 * scores.entropy.sum()).backward()
-    return [old, scores.log_probs, scores.entropy] + [p.grad.clone() for p in policy.parameters() if p.requires_grad]
+    scored = [old, scores.log_probs.detach(), scores.entropy.detach()]
+    return scored + [p.grad.clone() for p in policy.parameters() if p.requires_grad]
 
 
 @pytest.mark.slow  # torch.compile builds its kernels with the C++ compiler: about 20 s
